@@ -1,0 +1,46 @@
+# The two commands a fresh machine needs (Python 3.11+ and make):
+#   make run    set up .venv, then run Lockgate
+#   make test   set up .venv, then run the whole test suite
+# Both create the virtualenv at .venv on first use and reuse it afterwards.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck check system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Graphviz's `dot` renders the SVG diagrams. Installed from the system's packages when absent.
+system-deps:
+	@command -v dot >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; \
+	  else \
+	    echo "Graphviz is needed for the SVG diagrams: install it (it provides 'dot')." >&2; exit 2; \
+	  fi; }
+
+run: $(STAMP) system-deps
+	$(BIN)/lockgate spec check
+	$(BIN)/lockgate diagrams
+	$(BIN)/lockgate model-check
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check spec machine server simulation tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The runtime that executes the lifecycle specs: machines, write path, store, recovery."""

@@ -1,0 +1,135 @@
+"""The guard and effect names of the spec, made executable.
+
+A guard reads `Facts` and answers yes or no; an effect turns `Facts` into the column updates
+written in the transition's own transaction. The spec names them; this module is the only
+place that says what they mean, and `spec.load(bindings=BINDINGS)` refuses a spec that names
+one not bound here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from spec.checks import Bindings
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a transition's guards and effects may look at."""
+
+    now: datetime
+    #: The record's stored fields, as read in the same transaction.
+    record: Mapping[str, object] = field(default_factory=dict)
+    #: What the caller brings (a decision, a snapshot, the lease decision, ...).
+    given: Mapping[str, object] = field(default_factory=dict)
+    #: The operator's conservative recovery policy: every interrupted execution ends
+    #: interrupted, and no call is ever retried after a crash.
+    conservative: bool = False
+
+    def require(self, key: str) -> object:
+        if key not in self.given:
+            raise KeyError(f"this transition needs the fact {key!r}")
+        return self.given[key]
+
+
+Guard = Callable[[Facts], bool]
+Effect = Callable[[Facts], dict[str, object]]
+
+
+def _deadline_passed(f: Facts) -> bool:
+    deadline = f.record.get("deadline")
+    return isinstance(deadline, datetime) and f.now >= deadline
+
+
+def _must_interrupt(f: Facts) -> bool:
+    return f.conservative or bool(f.given.get("unsafe_in_doubt", False))
+
+
+def _retry_allowed(f: Facts) -> bool:
+    return bool(f.record.get("idempotent", False)) and not f.conservative
+
+
+def _flag(name: str) -> Guard:
+    def guard(f: Facts) -> bool:
+        return bool(f.given.get(name, False))
+
+    guard.__name__ = name
+    return guard
+
+
+def _lease_says_destroy(f: Facts) -> bool:
+    return f.given.get("lease_decision") == "destroy"
+
+
+def _copy(*keys: str) -> Effect:
+    """An effect that stores facts the caller brought under the same column names."""
+
+    def effect(f: Facts) -> dict[str, object]:
+        return {key: f.require(key) for key in keys}
+
+    return effect
+
+
+def _set(**values: object) -> Effect:
+    def effect(f: Facts) -> dict[str, object]:
+        return dict(values)
+
+    return effect
+
+
+def _touch(f: Facts) -> dict[str, object]:
+    return {"last_activity": f.now}
+
+
+@dataclass(frozen=True)
+class MachineBindings:
+    guards: Mapping[str, Guard]
+    effects: Mapping[str, Effect]
+
+    def names(self) -> Bindings:
+        return Bindings(frozenset(self.guards), frozenset(self.effects))
+
+
+BINDINGS: Mapping[str, MachineBindings] = {
+    "execution": MachineBindings(
+        guards={"deadline_passed": _deadline_passed, "must_interrupt": _must_interrupt},
+        effects={
+            "claim_owner": _copy("owner"),
+            "release_owner": _set(owner=None),
+            "store_snapshot": _copy("snapshot"),
+            "set_deadline": _copy("deadline"),
+            "store_outcome": _copy("outcome"),
+            "record_what_ran": _copy("what_ran"),
+        },
+    ),
+    "tool_call": MachineBindings(
+        guards={
+            "deadline_passed": _deadline_passed,
+            "retry_allowed": _retry_allowed,
+            "execution_ended": _flag("execution_ended"),
+        },
+        effects={
+            "store_arguments_preview": _copy("arguments_preview"),
+            "record_decision": _copy("decision"),
+            "store_result": _copy("result"),
+        },
+    ),
+    "session": MachineBindings(
+        guards={"lease_says_destroy": _lease_says_destroy},
+        effects={"touch": _touch},
+    ),
+    "owed_request": MachineBindings(
+        guards={"session_ended": _flag("session_ended")},
+        effects={},
+    ),
+    "instance": MachineBindings(
+        guards={},
+        effects={"extend_lease": _copy("lease_until"), "release_work": _set()},
+    ),
+}
+
+
+def binding_names() -> Mapping[str, Bindings]:
+    return {name: b.names() for name, b in BINDINGS.items()}

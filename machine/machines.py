@@ -1,0 +1,96 @@
+"""`transitions` machines built from the spec: they decide which declared edge an event takes.
+
+Built with `auto_transitions=False`, so the spec's edges are the only ones. One machine per
+lifecycle serves every record: a record's stored status is added as a short-lived model,
+the event is triggered, and the chosen transition is read back. The stored status, not a
+Python attribute, stays the truth; the write path does the writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from transitions import Machine, MachineError
+
+from machine.bindings import BINDINGS, Facts, MachineBindings, binding_names
+from machine.errors import GuardRefused, IllegalTransition
+from spec import MACHINES, MachineSpec, TransitionSpec, load
+
+
+@dataclass
+class _Probe:
+    """A throwaway model: the record's status and the facts guards may read."""
+
+    state: str
+    facts: Facts
+    chosen: TransitionSpec | None = field(default=None)
+
+
+class LifecycleMachine:
+    """Decides transitions for every record of one lifecycle."""
+
+    def __init__(self, spec: MachineSpec, bindings: MachineBindings) -> None:
+        self.spec = spec
+        self._machine = Machine(
+            model=None,
+            states=list(spec.state_names),
+            initial=spec.initial.name,
+            transitions=[self._declare(t, bindings) for t in spec.transitions],
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+            name=spec.name,
+        )
+
+    @staticmethod
+    def _declare(t: TransitionSpec, bindings: MachineBindings) -> dict[str, Any]:
+        def guard(name: str) -> Any:
+            check = bindings.guards[name]
+            return lambda event: check(event.model.facts)
+
+        def remember(event: Any) -> None:
+            event.model.chosen = t
+
+        return {
+            "trigger": t.event,
+            "source": list(t.source),
+            "dest": t.dest,
+            "conditions": [guard(g) for g in t.conditions],
+            "unless": [guard(g) for g in t.unless],
+            "before": [remember],
+        }
+
+    def decide(self, record_id: str, status: str, event: str, facts: Facts) -> TransitionSpec:
+        """The declared transition `event` takes from `status` given `facts`.
+
+        Raises `IllegalTransition` when the spec declares no such event from this state,
+        and `GuardRefused` when it does but no guard holds."""
+        if status not in self.spec.state_names or event not in self.spec.events():
+            raise IllegalTransition(
+                machine=self.spec.name, record_id=record_id, event=event, source=status
+            )
+        probe = _Probe(state=status, facts=facts)
+        self._machine.add_model(probe, initial=status)
+        try:
+            fired = probe.trigger(event)  # type: ignore[attr-defined]
+        except MachineError:
+            raise IllegalTransition(
+                machine=self.spec.name, record_id=record_id, event=event, source=status
+            ) from None
+        finally:
+            self._machine.remove_model(probe)
+        if not fired or probe.chosen is None:
+            raise GuardRefused(
+                machine=self.spec.name, record_id=record_id, event=event, source=status
+            )
+        return probe.chosen
+
+
+def build_machines(
+    specs: Mapping[str, MachineSpec] | None = None,
+) -> Mapping[str, LifecycleMachine]:
+    """Every lifecycle, validated against the spec rules and the bindings."""
+    chosen = load(MACHINES if specs is None else specs, bindings=binding_names())
+    return {name: LifecycleMachine(spec, BINDINGS[name]) for name, spec in chosen.items()}

@@ -1,0 +1,31 @@
+"""The shape every lifecycle record has on the write path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Record:
+    """A lifecycle row as the write path sees it: identity, status, version, columns."""
+
+    machine: str
+    id: str
+    status: str
+    version: int = 0
+    fields: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One record's transition inside a transaction; the store applies it only when the
+    stored row still has `expected_version` and `source` (optimistic concurrency)."""
+
+    machine: str
+    record_id: str
+    event: str
+    source: str
+    dest: str
+    expected_version: int
+    updates: Mapping[str, object]

@@ -1,0 +1,127 @@
+"""The one write path: every status change of every lifecycle goes through `WritePath.apply`.
+
+For each step it asks the spec's machine which declared edge the event takes (refusing
+undeclared ones), runs the edge's bound effects to compute column updates, and commits all
+steps in ONE store transaction with optimistic concurrency. The crash points of the
+transitions involved are passed in order: before commit, after commit, and around the
+external effect when the transition has one (after it for intent-first effects, before the
+commit for effect-first ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Generic, TypeVar
+
+from machine.bindings import BINDINGS, Facts
+from machine.faults import Faults
+from machine.machines import LifecycleMachine, build_machines
+from machine.records import Change, Record
+from machine.store import TransitionStore
+from spec.crash_points import CrashPoint
+from spec.model import EffectTiming, Phase, TransitionSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One record moved by one event, with the facts its guards and effects need."""
+
+    record: Record
+    event: str
+    given: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Applied(Generic[T]):
+    changes: tuple[Change, ...]
+    transitions: tuple[TransitionSpec, ...]
+    effect_result: T | None = None
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class WritePath:
+    def __init__(
+        self,
+        store: TransitionStore,
+        *,
+        machines: Mapping[str, LifecycleMachine] | None = None,
+        faults: Faults | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        conservative: bool = False,
+    ) -> None:
+        self.store = store
+        self.machines = build_machines() if machines is None else machines
+        self.faults = faults if faults is not None else Faults()
+        self.clock = clock
+        self.conservative = conservative
+
+    def decide(self, step: Step, now: datetime) -> tuple[TransitionSpec, Change]:
+        machine = self.machines[step.record.machine]
+        facts = Facts(
+            now=now,
+            record=step.record.fields,
+            given=step.given,
+            conservative=self.conservative,
+        )
+        t = machine.decide(step.record.id, step.record.status, step.event, facts)
+        updates: dict[str, object] = {}
+        for name in t.effects:
+            updates.update(BINDINGS[step.record.machine].effects[name](facts))
+        change = Change(
+            machine=step.record.machine,
+            record_id=step.record.id,
+            event=step.event,
+            source=step.record.status,
+            dest=t.dest,
+            expected_version=step.record.version,
+            updates=updates,
+        )
+        return t, change
+
+    def apply(self, *steps: Step, effect: Callable[[], T] | None = None) -> Applied[T]:
+        """Move every step's record in one transaction; run `effect` if a step's transition
+        declares an external effect. Returns the committed changes and the effect's result."""
+        if not steps:
+            raise ValueError("apply needs at least one step")
+        now = self.clock()
+        decided = [self.decide(step, now) for step in steps]
+        with_effect = [t for t, _ in decided if t.external_effect is not None]
+        if len(with_effect) > 1:
+            raise ValueError("one transaction may carry at most one external effect")
+        if with_effect and effect is None:
+            raise ValueError(f"{with_effect[0].event!r} needs its external effect to run")
+        if effect is not None and not with_effect:
+            raise ValueError("an effect was given but no transition here declares one")
+
+        def points(phase: Phase) -> None:
+            for t, change in decided:
+                if t.durable:
+                    self.faults.reached(
+                        CrashPoint(change.machine, t.event, change.source, t.dest, phase)
+                    )
+
+        external = with_effect[0].external_effect if with_effect else None
+        timing = external.timing if external is not None else None
+        result: T | None = None
+        if timing is EffectTiming.BEFORE_COMMIT and effect is not None:
+            result = effect()
+            points("after_effect")
+        points("before_commit")
+        changes = tuple(change for _, change in decided)
+        self.store.commit(changes)
+        for step, change in zip(steps, changes, strict=True):
+            step.record.status = change.dest
+            step.record.version += 1
+            step.record.fields.update(change.updates)
+        points("after_commit")
+        if timing is EffectTiming.AFTER_COMMIT and effect is not None:
+            result = effect()
+            points("after_effect")
+        return Applied(changes, tuple(t for t, _ in decided), result)

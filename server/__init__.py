@@ -1,0 +1,1 @@
+"""The Lockgate server: FastAPI + MCP, and the `lockgate` CLI."""

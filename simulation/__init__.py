@@ -1,0 +1,1 @@
+"""Fault injection: crash at every transition, restart, check the invariants."""

@@ -1,0 +1,68 @@
+"""The formal lifecycles of Lockgate: the single source of truth for every status.
+
+`MACHINES` holds the five lifecycle declarations; `load()` returns them after every static
+rule in `spec.checks` has passed (and, given the machine layer's bindings, after checking
+that every guard and effect name is implemented).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spec.checks import Bindings, Rule, SpecInvalid, SpecViolation, check
+from spec.composition import EXECUTION_WITH_TOOL_CALL
+from spec.crash_points import CrashPoint, crash_points
+from spec.execution import EXECUTION, ExecutionStatus
+from spec.instance import INSTANCE, InstanceStatus
+from spec.model import Composition, MachineSpec, StateSpec, TransitionKind, TransitionSpec
+from spec.owed_request import OWED_REQUEST, OwedRequestStatus
+from spec.session import SESSION, SessionStatus
+from spec.tool_call import TOOL_CALL, ToolCallStatus
+
+MACHINES: Mapping[str, MachineSpec] = {
+    m.name: m for m in (EXECUTION, TOOL_CALL, SESSION, OWED_REQUEST, INSTANCE)
+}
+COMPOSITIONS: Mapping[str, Composition] = {EXECUTION_WITH_TOOL_CALL.name: EXECUTION_WITH_TOOL_CALL}
+
+
+def load(
+    machines: Mapping[str, MachineSpec] | None = None,
+    bindings: Mapping[str, Bindings] | None = None,
+) -> Mapping[str, MachineSpec]:
+    """The machines, validated; raises `SpecInvalid` listing every broken rule."""
+    chosen = MACHINES if machines is None else machines
+    violations: list[SpecViolation] = []
+    for name, spec in chosen.items():
+        violations.extend(check(spec, None if bindings is None else bindings.get(name)))
+    if violations:
+        raise SpecInvalid(violations)
+    return chosen
+
+
+__all__ = [
+    "COMPOSITIONS",
+    "EXECUTION",
+    "INSTANCE",
+    "MACHINES",
+    "OWED_REQUEST",
+    "SESSION",
+    "TOOL_CALL",
+    "Bindings",
+    "Composition",
+    "CrashPoint",
+    "ExecutionStatus",
+    "InstanceStatus",
+    "MachineSpec",
+    "OwedRequestStatus",
+    "Rule",
+    "SessionStatus",
+    "SpecInvalid",
+    "SpecViolation",
+    "StateSpec",
+    "ToolCallStatus",
+    "TransitionKind",
+    "TransitionSpec",
+    "check",
+    "crash_points",
+    "load",
+]

@@ -1,0 +1,65 @@
+"""How an execution and its current tool call move together.
+
+Some steps change both records in ONE transaction (a pause stores the snapshot and puts the
+call up for approval at once). The model checker explores the product of the two machines
+with these joint steps and the `requires` constraints, and crashes it at every point.
+"""
+
+from __future__ import annotations
+
+from spec.execution import ExecutionStatus as E
+from spec.model import Composition, JointStep
+from spec.tool_call import ToolCallStatus as C
+
+_CALL_SETTLED = (C.SUCCEEDED, C.FAILED, C.DECLINED, C.BLOCKED, C.EXPIRED, C.WITHDRAWN, C.IN_DOUBT)
+
+EXECUTION_WITH_TOOL_CALL = Composition(
+    name="execution_with_tool_call",
+    machines=("execution", "tool_call"),
+    description=(
+        "An execution and the tool call it is currently making. A settled call lets the "
+        "execution finish or make its next call (a new journal row with the next sequence)."
+    ),
+    joint_steps=(
+        JointStep(
+            name="pause",
+            steps=(("tool_call", "request_approval"), ("execution", "pause")),
+            description="The call needs approval: the execution pauses in the same transaction.",
+        ),
+        JointStep(
+            name="resume_accept",
+            steps=(("tool_call", "approve"), ("execution", "resume")),
+            description="Accept: the call is approved and the execution claimed to go on.",
+        ),
+        JointStep(
+            name="resume_decline",
+            steps=(("tool_call", "decline"), ("execution", "resume")),
+            description="Decline or cancel: the call will raise inside the code, which goes on.",
+        ),
+        JointStep(
+            name="expire",
+            steps=(("tool_call", "expire"), ("execution", "expire")),
+            description="The deadline passed: both records expire together.",
+        ),
+        JointStep(
+            name="cancel_with_call",
+            steps=(("tool_call", "withdraw"), ("execution", "cancel")),
+            description="Cancelling an execution withdraws its unsent call.",
+        ),
+    ),
+    requires=(
+        # The call is worked on only while its execution runs.
+        (("tool_call", "auto_approve"), (E.RUNNING,)),
+        (("tool_call", "block"), (E.RUNNING,)),
+        (("tool_call", "dispatch"), (E.RUNNING,)),
+        (("tool_call", "succeed"), (E.RUNNING,)),
+        (("tool_call", "fail"), (E.RUNNING,)),
+        # The execution finishes, or is cancelled alone, only once its call is settled.
+        (("execution", "complete"), _CALL_SETTLED),
+        (("execution", "fail"), _CALL_SETTLED),
+        (("execution", "cancel"), _CALL_SETTLED),
+        (("execution", "checkpoint"), (*_CALL_SETTLED, C.REQUESTED, C.APPROVED)),
+    ),
+)
+
+__all__ = ["EXECUTION_WITH_TOOL_CALL"]

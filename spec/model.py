@@ -1,0 +1,193 @@
+"""The vocabulary every lifecycle is declared in.
+
+A lifecycle is a `MachineSpec`: states, transitions, and for every non-terminal state what a
+crash does to it. These are plain pydantic models, frozen, so a declaration is validated the
+moment it is built and cannot be changed afterwards. The structural rules that need the whole
+machine (reachability, recovery edges, ambiguity) live in `spec.checks`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+IDENTIFIER = r"^[a-z][a-z0-9_]*$"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Otherwise(StrEnum):
+    """What happens to a state after a crash when none of its recovery events applies."""
+
+    #: Nothing has to run for it: the row waits for an outside event (a person, a client).
+    DURABLE_WAIT = "durable_wait"
+    #: A live instance claims it through the ordinary claim path and carries on.
+    RECLAIM = "reclaim"
+
+
+class OnCrash(Frozen):
+    """A state's recovery edge: what a restart, or the death of its owner, does to it.
+
+    Recovery tries `events` in order and fires the first whose guards hold. When none holds,
+    `otherwise` says why the state is still safe; with no `otherwise` the state would be
+    stranded, which the model checker reports.
+    """
+
+    events: tuple[str, ...] = ()
+    otherwise: Otherwise | None = None
+    why: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> OnCrash:
+        if not self.events and self.otherwise is None:
+            raise ValueError("on_crash needs recovery events, an `otherwise`, or both")
+        return self
+
+
+def durable_wait(why: str) -> OnCrash:
+    return OnCrash(otherwise=Otherwise.DURABLE_WAIT, why=why)
+
+
+def reclaim(why: str) -> OnCrash:
+    return OnCrash(otherwise=Otherwise.RECLAIM, why=why)
+
+
+def recover_by(*events: str, why: str, otherwise: Otherwise | None = None) -> OnCrash:
+    return OnCrash(events=events, otherwise=otherwise, why=why)
+
+
+class StateSpec(Frozen):
+    name: str = Field(pattern=IDENTIFIER)
+    description: str = Field(min_length=1)
+    initial: bool = False
+    terminal: bool = False
+    #: True when a live process works on the record while it is in this state (so the
+    #: process's death leaves it without an owner until recovery moves or reclaims it).
+    owned: bool = False
+    on_crash: OnCrash | None = None
+
+    @model_validator(mode="after")
+    def _terminal_is_final(self) -> StateSpec:
+        if self.terminal and (self.owned or self.on_crash is not None):
+            raise ValueError(f"terminal state {self.name!r} cannot be owned or have on_crash")
+        return self
+
+
+class EffectTiming(StrEnum):
+    #: Intent first: the transition commits, then the effect runs (tool dispatch). A crash
+    #: between the two leaves the record saying the effect may have happened.
+    AFTER_COMMIT = "after_commit"
+    #: Effect first: the effect runs, then the transition commits (a response written to a
+    #: client). A crash between the two leaves the record saying it has not happened yet.
+    BEFORE_COMMIT = "before_commit"
+
+
+class ExternalEffect(Frozen):
+    name: str = Field(pattern=IDENTIFIER)
+    timing: EffectTiming = EffectTiming.AFTER_COMMIT
+    #: Whether doing it twice is visible to the world (a non-idempotent tool call is).
+    description: str = Field(min_length=1)
+
+
+class TransitionKind(StrEnum):
+    NORMAL = "normal"
+    #: Fired only by recovery, never by a client or the engine's normal course.
+    RECOVERY = "recovery"
+
+
+class TransitionSpec(Frozen):
+    event: str = Field(pattern=IDENTIFIER)
+    source: tuple[str, ...] = Field(min_length=1)
+    dest: str
+    description: str = Field(min_length=1)
+    kind: TransitionKind = TransitionKind.NORMAL
+    #: All must hold (guard names bound by the machine layer).
+    conditions: tuple[str, ...] = ()
+    #: None may hold.
+    unless: tuple[str, ...] = ()
+    #: Named actions run inside the transition's transaction (bound by the machine layer).
+    effects: tuple[str, ...] = ()
+    external_effect: ExternalEffect | None = None
+    #: Written to the store in its own transaction (every crash point hangs off this).
+    durable: bool = True
+    #: This edge uses up a person's decision; the checker proves it happens at most once.
+    consumes_approval: bool = False
+
+    def edges(self) -> tuple[tuple[str, str], ...]:
+        return tuple((s, self.dest) for s in self.source)
+
+    def guard_names(self) -> tuple[str, ...]:
+        return self.conditions + self.unless
+
+
+class MachineSpec(Frozen):
+    """One lifecycle. `status` is the enum the rest of the code uses for its states."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    title: str
+    description: str = Field(min_length=1)
+    status: type[StrEnum]
+    states: tuple[StateSpec, ...] = Field(min_length=1)
+    transitions: tuple[TransitionSpec, ...] = Field(min_length=1)
+    #: Terminal states that count as a good end for the "every X ends ..." invariant; empty
+    #: means every terminal state is a good end.
+    good_ends: tuple[str, ...] = ()
+
+    def state(self, name: str) -> StateSpec:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise KeyError(f"{self.name}: no state {name!r}")
+
+    @property
+    def initial(self) -> StateSpec:
+        return next(s for s in self.states if s.initial)
+
+    @property
+    def terminal_names(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.states if s.terminal)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.states)
+
+    def transitions_for(self, event: str) -> tuple[TransitionSpec, ...]:
+        return tuple(t for t in self.transitions if t.event == event)
+
+    def events(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.transitions:
+            seen.setdefault(t.event, None)
+        return tuple(seen)
+
+    def guard_names(self) -> frozenset[str]:
+        return frozenset(g for t in self.transitions for g in t.guard_names())
+
+    def effect_names(self) -> frozenset[str]:
+        return frozenset(e for t in self.transitions for e in t.effects)
+
+
+class JointStep(Frozen):
+    """Transitions of several machines that commit in ONE transaction."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    steps: tuple[tuple[str, str], ...] = Field(min_length=2)  # (machine, event)
+    description: str = Field(min_length=1)
+
+
+class Composition(Frozen):
+    """How two lifecycles move together; the model checker explores their product."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    machines: tuple[str, str]
+    joint_steps: tuple[JointStep, ...]
+    #: (machine, event) -> {other machine: states it must be in for the event to fire}.
+    requires: tuple[tuple[tuple[str, str], tuple[str, ...]], ...] = ()
+    description: str = Field(min_length=1)
+
+
+Phase = Literal["before_commit", "after_commit", "after_effect"]

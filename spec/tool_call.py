@@ -1,0 +1,224 @@
+"""The tool call lifecycle: the journal entry for one external call an execution makes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from spec.model import (
+    EffectTiming,
+    ExternalEffect,
+    MachineSpec,
+    Otherwise,
+    StateSpec,
+    TransitionKind,
+    TransitionSpec,
+    durable_wait,
+    recover_by,
+)
+
+
+class ToolCallStatus(StrEnum):
+    REQUESTED = "requested"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DECLINED = "declined"
+    BLOCKED = "blocked"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+    DISPATCHED = "dispatched"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    IN_DOUBT = "in_doubt"
+
+
+S = ToolCallStatus
+
+CALL_TOOL = ExternalEffect(
+    name="call_tool",
+    timing=EffectTiming.AFTER_COMMIT,
+    description="Invoke the tool with secrets resolved at this moment. The intent (dispatched) "
+    "is committed first, so a crash after it leaves the call visibly in doubt.",
+)
+
+TOOL_CALL = MachineSpec(
+    name="tool_call",
+    title="Tool call (the journal)",
+    description=(
+        "One external call made by an execution, keyed by (execution id, call sequence) which "
+        "is also the idempotency key passed to the tool. A policy decides it; a person may "
+        "have to approve it; intent is written before the effect and the result after."
+    ),
+    status=ToolCallStatus,
+    states=(
+        StateSpec(
+            name=S.REQUESTED,
+            description="The code called the tool; the policy has not decided yet.",
+            initial=True,
+            owned=True,
+            on_crash=recover_by(
+                "withdraw_on_crash",
+                otherwise=Otherwise.RECLAIM,
+                why="If its execution ended in recovery the call is withdrawn; otherwise the "
+                "execution is requeued and reaches this call again with the same sequence.",
+            ),
+        ),
+        StateSpec(
+            name=S.AWAITING_APPROVAL,
+            description="Waiting for a person's decision; stored with the paused execution.",
+            on_crash=durable_wait("The decision can arrive at any instance, at any time."),
+        ),
+        StateSpec(
+            name=S.APPROVED,
+            description="Allowed (by policy or a person); about to be dispatched.",
+            owned=True,
+            on_crash=recover_by(
+                "withdraw_on_crash",
+                otherwise=Otherwise.RECLAIM,
+                why="Nothing was sent yet, so it is safe to dispatch it when the execution is "
+                "requeued; if the execution ended instead, the call is withdrawn.",
+            ),
+        ),
+        StateSpec(
+            name=S.DISPATCHED,
+            description="Intent recorded; the tool is being called.",
+            owned=True,
+            on_crash=recover_by(
+                "mark_in_doubt",
+                otherwise=Otherwise.RECLAIM,
+                why="The effect may or may not have happened. A call that may be retried (an "
+                "idempotent tool, and the operator allows it) is reclaimed: the requeued "
+                "execution calls it again with the same idempotency key (redispatch). Any "
+                "other call is in doubt and named on the execution.",
+            ),
+        ),
+        StateSpec(name=S.SUCCEEDED, description="The tool returned a result.", terminal=True),
+        StateSpec(
+            name=S.FAILED,
+            description="The tool raised; the error went back into the code.",
+            terminal=True,
+        ),
+        StateSpec(
+            name=S.DECLINED,
+            description="A person declined (or cancelled); the call raised inside the code.",
+            terminal=True,
+        ),
+        StateSpec(name=S.BLOCKED, description="The policy forbids this call.", terminal=True),
+        StateSpec(
+            name=S.EXPIRED,
+            description="No decision arrived before the deadline.",
+            terminal=True,
+        ),
+        StateSpec(
+            name=S.WITHDRAWN,
+            description="Its execution ended (cancelled or interrupted) before it was sent.",
+            terminal=True,
+        ),
+        StateSpec(
+            name=S.IN_DOUBT,
+            description="Dispatched, then the process died before the result was stored, and "
+            "the tool is not safe to call twice. Nobody knows whether it ran.",
+            terminal=True,
+        ),
+    ),
+    transitions=(
+        TransitionSpec(
+            event="auto_approve",
+            source=(S.REQUESTED,),
+            dest=S.APPROVED,
+            description="The policy approves the call without asking.",
+        ),
+        TransitionSpec(
+            event="request_approval",
+            source=(S.REQUESTED,),
+            dest=S.AWAITING_APPROVAL,
+            effects=("store_arguments_preview",),
+            description="The policy requires a person; stored with the execution's pause.",
+        ),
+        TransitionSpec(
+            event="block",
+            source=(S.REQUESTED,),
+            dest=S.BLOCKED,
+            description="The policy blocks the call; it raises inside the code.",
+        ),
+        TransitionSpec(
+            event="approve",
+            source=(S.AWAITING_APPROVAL,),
+            dest=S.APPROVED,
+            unless=("deadline_passed",),
+            effects=("record_decision",),
+            consumes_approval=True,
+            description="A person accepted in time.",
+        ),
+        TransitionSpec(
+            event="decline",
+            source=(S.AWAITING_APPROVAL,),
+            dest=S.DECLINED,
+            unless=("deadline_passed",),
+            effects=("record_decision",),
+            consumes_approval=True,
+            description="A person declined or cancelled in time.",
+        ),
+        TransitionSpec(
+            event="expire",
+            source=(S.AWAITING_APPROVAL,),
+            dest=S.EXPIRED,
+            conditions=("deadline_passed",),
+            description="The deadline passed with no decision.",
+        ),
+        TransitionSpec(
+            event="withdraw",
+            source=(S.REQUESTED, S.AWAITING_APPROVAL, S.APPROVED),
+            dest=S.WITHDRAWN,
+            description="Its execution was cancelled before the call was sent.",
+        ),
+        TransitionSpec(
+            event="dispatch",
+            source=(S.APPROVED,),
+            dest=S.DISPATCHED,
+            external_effect=CALL_TOOL,
+            description="Write the intent, then call the tool.",
+        ),
+        TransitionSpec(
+            event="succeed",
+            source=(S.DISPATCHED,),
+            dest=S.SUCCEEDED,
+            effects=("store_result",),
+            description="Store the tool's result (size-limited, secrets redacted).",
+        ),
+        TransitionSpec(
+            event="fail",
+            source=(S.DISPATCHED,),
+            dest=S.FAILED,
+            effects=("store_result",),
+            description="Store the tool's error.",
+        ),
+        TransitionSpec(
+            event="withdraw_on_crash",
+            source=(S.REQUESTED, S.APPROVED),
+            dest=S.WITHDRAWN,
+            kind=TransitionKind.RECOVERY,
+            conditions=("execution_ended",),
+            description="Recovery: the execution ended, so this unsent call never will be.",
+        ),
+        TransitionSpec(
+            event="redispatch",
+            source=(S.DISPATCHED,),
+            dest=S.DISPATCHED,
+            conditions=("retry_allowed",),
+            external_effect=CALL_TOOL,
+            description="After a crash, the requeued execution reaches a dispatched call that "
+            "may be retried (idempotent tool, retries allowed) and calls it again with the "
+            "same idempotency key.",
+        ),
+        TransitionSpec(
+            event="mark_in_doubt",
+            source=(S.DISPATCHED,),
+            dest=S.IN_DOUBT,
+            kind=TransitionKind.RECOVERY,
+            unless=("retry_allowed",),
+            description="Recovery: calling again could repeat the effect; the call is in doubt.",
+        ),
+    ),
+)
+
+__all__ = ["TOOL_CALL", "ToolCallStatus"]

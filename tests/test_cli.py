@@ -1,0 +1,51 @@
+"""The `lockgate` CLI: clear output, exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import server.cli as cli
+from spec import EXECUTION, MACHINES
+from tests.spec_factories import with_states
+
+runner = CliRunner()
+
+
+def test_spec_check_passes_on_the_shipped_spec() -> None:
+    result = runner.invoke(cli.app, ["spec", "check"])
+    assert result.exit_code == 0, result.output
+    assert "execution: 8 states" in result.output
+
+
+def test_spec_check_fails_with_the_rule_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = {**MACHINES, "execution": with_states(EXECUTION, running={"on_crash": None})}
+    monkeypatch.setattr(cli, "MACHINES", broken)
+    result = runner.invoke(cli.app, ["spec", "check"])
+    assert result.exit_code == 1
+    assert "execution: state 'running': [no_recovery_edge]" in result.output
+
+
+def test_model_check_prints_counts_and_passes() -> None:
+    result = runner.invoke(cli.app, ["model-check"])
+    assert result.exit_code == 0, result.output
+    assert "execution_with_tool_call:" in result.output and "states" in result.output
+    assert "no invariant violated" in result.output
+
+
+def test_diagrams_check_detects_drift(tmp_path: Path) -> None:
+    copy = tmp_path / "diagrams"
+    shutil.copytree(cli.DEFAULT_DIAGRAMS, copy)
+    assert runner.invoke(cli.app, ["diagrams", "--check", "--out", str(copy)]).exit_code == 0
+    (copy / "session.mmd").write_text("stateDiagram-v2\n", encoding="utf-8")
+    result = runner.invoke(cli.app, ["diagrams", "--check", "--out", str(copy)])
+    assert result.exit_code == 1
+    assert "lockgate diagrams" in result.output
+
+
+def test_usage_errors_exit_with_2() -> None:
+    assert runner.invoke(cli.app, ["no-such-command"]).exit_code == 2
+    assert runner.invoke(cli.app, ["diagrams", "--no-such-flag"]).exit_code == 2

@@ -1,0 +1,380 @@
+"""The lifecycle diagrams: generated deterministically from the spec, and never drifting."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+import spec
+from spec import diagrams
+from spec.model import MachineSpec, TransitionKind, TransitionSpec
+
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED = REPO / "diagrams"
+FIX = "lockgate diagrams"
+
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None,
+    reason="Graphviz `dot` is not installed (apt-get install graphviz)",
+)
+
+
+def _fake_svg(dot_text: str) -> bytes:
+    """An SVG stamped as if rendered from `dot_text` (drift checks the stamp, not the art)."""
+    return (
+        b'<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n'
+        + f"<!-- lockgate-dot-sha256: {diagrams.dot_digest(dot_text)} -->\n".encode()
+        + b'<svg xmlns="http://www.w3.org/2000/svg"/>\n'
+    )
+
+
+def _build_tree(out: Path, machines: Mapping[str, MachineSpec] = spec.MACHINES) -> Path:
+    """The folder the spec generates, laid out by hand (so the layout itself is checked),
+    with stand-in SVGs so that no Graphviz is needed."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, machine in machines.items():
+        dot = diagrams.render_dot(machine)
+        (out / f"{name}.dot").write_text(dot, encoding="utf-8")
+        (out / f"{name}.mmd").write_text(diagrams.render_mermaid(machine), encoding="utf-8")
+        (out / f"{name}.svg").write_bytes(_fake_svg(dot))
+    readme = diagrams.render_readme(machines, spec.COMPOSITIONS)
+    (out / "README.md").write_text(readme, encoding="utf-8")
+    return out
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return _build_tree(tmp_path / "diagrams")
+
+
+def _recovery_transition(machine: MachineSpec) -> TransitionSpec:
+    found = [t for t in machine.transitions if t.kind is TransitionKind.RECOVERY]
+    assert found, f"{machine.name} has no recovery transition to check"
+    return found[0]
+
+
+def _node_line(dot: str, name: str) -> str:
+    lines = [line for line in dot.splitlines() if line.strip().startswith(f'"{name}" [')]
+    assert len(lines) == 1, f"expected one node statement for {name!r}, got {lines}"
+    return lines[0]
+
+
+def _edge_lines(dot: str, source: str, dest: str) -> list[str]:
+    return [line for line in dot.splitlines() if line.strip().startswith(f'"{source}" -> "{dest}"')]
+
+
+# --- the CI drift check -------------------------------------------------------------------
+
+
+def test_committed_diagrams_match_the_spec() -> None:
+    problems = diagrams.drift(COMMITTED)
+    assert not problems, (
+        "diagrams/ is out of date with spec/; run `lockgate diagrams` to regenerate it "
+        "(and commit the result):\n" + "\n".join(problems)
+    )
+
+
+def test_drift_empty_for_a_copy_of_the_committed_tree(tmp_path: Path) -> None:
+    copy = tmp_path / "diagrams"
+    shutil.copytree(COMMITTED, copy)
+    assert diagrams.drift(copy) == []
+
+
+# --- determinism --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(spec.MACHINES))
+def test_text_renderings_are_deterministic(name: str) -> None:
+    machine = spec.MACHINES[name]
+    assert diagrams.render_dot(machine) == diagrams.render_dot(machine)
+    assert diagrams.render_mermaid(machine) == diagrams.render_mermaid(machine)
+    # A rebuilt (equal) spec renders the same bytes: nothing depends on object identity.
+    clone = MachineSpec.model_validate(machine.model_dump())
+    assert diagrams.render_dot(clone) == diagrams.render_dot(machine)
+    first = diagrams.render_readme(spec.MACHINES, spec.COMPOSITIONS)
+    assert first == diagrams.render_readme(spec.MACHINES, spec.COMPOSITIONS)
+
+
+@needs_dot
+def test_generate_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+    first = diagrams.generate(tmp_path)
+    second = diagrams.generate(tmp_path)
+    assert first == second
+    names = sorted(p.name for p in first)
+    expected = ["README.md"] + [
+        f"{m}.{ext}" for m in spec.MACHINES for ext in ("dot", "mmd", "svg")
+    ]
+    assert names == sorted(expected)
+
+
+@needs_dot
+def test_write_then_drift_is_clean(tmp_path: Path) -> None:
+    out = tmp_path / "diagrams"
+    written = diagrams.write(out)
+    assert written == sorted(written)
+    assert set(written) == {p for p in out.iterdir()}
+    assert diagrams.drift(out) == []
+
+
+# --- drift detection ----------------------------------------------------------------------
+
+
+def test_drift_is_empty_for_a_fresh_tree(tree: Path) -> None:
+    assert diagrams.drift(tree) == []
+
+
+def test_drift_reports_an_edited_mermaid_file(tree: Path) -> None:
+    mmd = tree / "execution.mmd"
+    mmd.write_text(mmd.read_text(encoding="utf-8") + "    note right of pending: hand-edit\n")
+    problems = diagrams.drift(tree)
+    assert len(problems) == 1
+    assert str(mmd) in problems[0]
+    assert FIX in problems[0]
+    assert "hand-edit" in problems[0]  # the message shows what differs
+
+
+def test_drift_reports_a_missing_file(tree: Path) -> None:
+    (tree / "session.dot").unlink()
+    problems = diagrams.drift(tree)
+    assert len(problems) == 1
+    assert "session.dot" in problems[0] and "missing" in problems[0]
+    assert FIX in problems[0]
+
+
+def test_drift_reports_an_extra_file(tree: Path) -> None:
+    (tree / "scratch.dot").write_text("digraph {}\n")
+    problems = diagrams.drift(tree)
+    assert len(problems) == 1
+    assert "scratch.dot" in problems[0] and FIX in problems[0]
+
+
+def test_drift_reports_a_stale_or_unstamped_svg(tree: Path) -> None:
+    (tree / "instance.svg").write_bytes(_fake_svg("digraph old {}"))
+    (tree / "session.svg").write_bytes(b"<svg/>")
+    problems = diagrams.drift(tree)
+    assert len(problems) == 2
+    stale = next(p for p in problems if "instance.svg" in p)
+    unstamped = next(p for p in problems if "session.svg" in p)
+    assert "stale" in stale and FIX in stale
+    assert "stamp" in unstamped and FIX in unstamped
+
+
+def test_drift_reports_a_spec_change(tree: Path) -> None:
+    new = TransitionSpec(
+        event="nudge",
+        source=(spec.ExecutionStatus.PENDING,),
+        dest=spec.ExecutionStatus.PENDING,
+        description="A transition the committed diagrams do not know about.",
+    )
+    changed = spec.EXECUTION.model_copy(update={"transitions": (*spec.EXECUTION.transitions, new)})
+    machines = {**spec.MACHINES, "execution": changed}
+    assert "nudge" in diagrams.render_dot(changed)
+    assert "nudge" in diagrams.render_mermaid(changed)
+    problems = diagrams.drift(tree, machines=machines)
+    flagged = sorted(Path(p.split(":")[0]).name for p in problems)
+    assert flagged == ["README.md", "execution.dot", "execution.mmd", "execution.svg"]
+    assert all(FIX in p for p in problems)
+
+
+def test_drift_reports_files_of_a_removed_machine(tree: Path) -> None:
+    machines = {k: v for k, v in spec.MACHINES.items() if k != "instance"}
+    problems = diagrams.drift(tree, machines=machines)
+    flagged = sorted(Path(p.split(":")[0]).name for p in problems)
+    assert flagged == ["README.md", "instance.dot", "instance.mmd", "instance.svg"]
+    assert all(FIX in p for p in problems)
+
+
+def test_drift_of_a_missing_folder_names_every_file(tmp_path: Path) -> None:
+    problems = diagrams.drift(tmp_path / "nowhere")
+    assert len(problems) == 3 * len(spec.MACHINES) + 1
+    assert all("missing" in p and FIX in p for p in problems)
+
+
+def test_write_prunes_stale_generated_files_only_in_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(diagrams, "render_svg", _fake_svg)
+    out = _build_tree(tmp_path / "diagrams")
+    (out / "gone_machine.dot").write_text("digraph {}\n")
+    (out / "notes.txt").write_text("kept\n")
+    diagrams.write(out)
+    assert not (out / "gone_machine.dot").exists()
+    assert (out / "notes.txt").exists()  # not a generated kind of file: reported, not deleted
+    assert [p for p in diagrams.drift(out) if "notes.txt" in p]
+
+    foreign = tmp_path / "elsewhere"
+    foreign.mkdir()
+    (foreign / "unrelated.md").write_text("mine\n")
+    diagrams.write(foreign)
+    assert (foreign / "unrelated.md").exists()  # no generated README there: nothing pruned
+
+
+# --- the README ---------------------------------------------------------------------------
+
+
+def test_readme_embeds_a_mermaid_block_for_every_machine() -> None:
+    readme = diagrams.render_readme(spec.MACHINES, spec.COMPOSITIONS)
+    assert readme.count("```mermaid\n") == len(spec.MACHINES)
+    for machine in spec.MACHINES.values():
+        assert f"```mermaid\n{diagrams.render_mermaid(machine)}```" in readme
+        assert f"## {machine.title}\n" in readme
+        assert f"]({machine.name}.svg)" in readme
+        for state in machine.states:
+            assert f"| `{state.name}` |" in readme
+        for t in machine.transitions:
+            assert f"| `{t.event}` |" in readme
+
+
+def test_readme_says_it_is_generated_and_how_to_regenerate() -> None:
+    readme = diagrams.render_readme(spec.MACHINES, spec.COMPOSITIONS)
+    head = readme[:600]
+    assert "never hand-edited" in head.lower()
+    assert "`lockgate diagrams`" in head
+    for comp in spec.COMPOSITIONS.values():
+        for step in comp.joint_steps:
+            assert f"| `{step.name}` |" in readme
+
+
+def test_committed_readme_embeds_every_machine() -> None:
+    readme = (COMMITTED / "README.md").read_text(encoding="utf-8")
+    for machine in spec.MACHINES.values():
+        assert f"```mermaid\n{diagrams.render_mermaid(machine)}```" in readme
+
+
+# --- DOT encodings ------------------------------------------------------------------------
+
+
+def test_dot_marks_terminal_states_and_recovery_edges() -> None:
+    machine = spec.EXECUTION
+    dot = diagrams.render_dot(machine)
+    terminal = next(s for s in machine.states if s.terminal)
+    line = _node_line(dot, terminal.name)
+    assert 'peripheries="2"' in line
+    assert 'style="rounded,filled,bold"' in line
+    assert f'fillcolor="{diagrams.COLORS["terminal_fill"]}"' in line
+
+    recovery = _recovery_transition(machine)
+    for source in recovery.source:
+        (edge,) = _edge_lines(dot, source, recovery.dest)
+        assert f'label="\u26a1 {recovery.event}' in edge
+        assert "dashed" in edge
+        assert f'color="{diagrams.COLORS["recovery"]}"' in edge
+
+    normal = next(t for t in machine.transitions if t.kind is TransitionKind.NORMAL)
+    edge = _edge_lines(dot, normal.source[0], normal.dest)[0]
+    assert 'style="solid"' in edge and "\u26a1" not in edge
+
+
+def test_dot_distinguishes_owned_states_from_durable_waits() -> None:
+    for machine in spec.MACHINES.values():
+        dot = diagrams.render_dot(machine)
+        for state in machine.states:
+            line = _node_line(dot, state.name)
+            kind = diagrams.state_kind(state)
+            fill = {
+                "owned": diagrams.COLORS["owned_fill"],
+                "durable wait": diagrams.COLORS["wait_fill"],
+                "terminal": diagrams.COLORS["terminal_fill"],
+            }[kind]
+            assert f'fillcolor="{fill}"' in line, (machine.name, state.name)
+
+
+def test_dot_marks_the_initial_state_and_has_a_legend() -> None:
+    dot = diagrams.render_dot(spec.EXECUTION)
+    assert '"__initial" [shape="point"' in dot
+    assert f'"__initial" -> "{spec.EXECUTION.initial.name}";' in dot
+    assert "subgraph cluster_legend {" in dot
+    assert "timestamp" not in dot.lower()
+
+
+def test_dot_has_one_edge_per_source_with_crash_points() -> None:
+    for machine in spec.MACHINES.values():
+        dot = diagrams.render_dot(machine)
+        edges = [line for line in dot.splitlines() if "->" in line and "__" not in line]
+        assert len(edges) == sum(len(t.source) for t in machine.transitions)
+        for t in machine.transitions:
+            marker = diagrams.crash_marker(t)
+            for source in t.source:
+                matching = [e for e in _edge_lines(dot, source, t.dest) if t.event in e]
+                assert matching, (machine.name, t.event, source)
+                if marker:
+                    assert any(marker in e for e in matching)
+                if t.external_effect is not None:
+                    assert any(f"\u2197 {t.external_effect.name}" in e for e in matching)
+                if t.consumes_approval:
+                    assert any("\u2714 consumes approval" in e for e in matching)
+
+
+def test_crash_markers_follow_the_phases() -> None:
+    for machine in spec.MACHINES.values():
+        points = spec.crash_points(machine)
+        for t in machine.transitions:
+            for source in t.source:
+                abbreviations = [
+                    diagrams.PHASE_ABBREVIATIONS[p.phase]
+                    for p in points
+                    if (p.event, p.source, p.dest) == (t.event, source, t.dest)
+                ]
+                expected = " ".join(["\u2716", *abbreviations]) if abbreviations else ""
+                assert diagrams.crash_marker(t) == expected, (machine.name, t.event)
+
+
+# --- Mermaid ------------------------------------------------------------------------------
+
+_SAFE_LABEL = re.compile("^[A-Za-z0-9 _\\[\\]!/\u26a1\u2716\u2197\u2714]+$")
+
+
+@pytest.mark.parametrize("name", list(spec.MACHINES))
+def test_mermaid_structure_and_safe_labels(name: str) -> None:
+    machine = spec.MACHINES[name]
+    text = diagrams.render_mermaid(machine)
+    lines = text.splitlines()
+    assert lines[0] == "stateDiagram-v2"
+    assert f"    [*] --> {machine.initial.name}" in lines
+    for state in machine.states:
+        if state.terminal:
+            assert f"    {state.name} --> [*]" in lines
+    for css in ("owned", "durable_wait", "terminal"):
+        assert any(line.startswith(f"    classDef {css} ") for line in lines)
+    transitions = [line for line in lines if "--> " in line and "[*]" not in line]
+    assert len(transitions) == sum(len(t.source) for t in machine.transitions)
+    for line in transitions:
+        label = line.split(": ", 1)[1]
+        assert _SAFE_LABEL.match(label), line
+    for t in machine.transitions:
+        if t.kind is TransitionKind.RECOVERY:
+            assert f"--> {t.dest}: \u26a1 {t.event}" in text
+
+
+def test_mermaid_refuses_labels_it_could_misread() -> None:
+    bad = spec.EXECUTION.transitions[0].model_copy(update={"effects": ("store: twice",)})
+    changed = spec.EXECUTION.model_copy(update={"transitions": (bad,)})
+    with pytest.raises(ValueError, match="Mermaid"):
+        diagrams.render_mermaid(changed)
+
+
+# --- SVG ----------------------------------------------------------------------------------
+
+
+@needs_dot
+def test_svg_is_deterministic_and_stamped_with_its_dot_hash() -> None:
+    dot = diagrams.render_dot(spec.EXECUTION)
+    first = diagrams.render_svg(dot)
+    assert first == diagrams.render_svg(dot)
+    assert first.startswith(b"<?xml")
+    assert b"<svg" in first
+    assert diagrams.svg_stamp(first) == diagrams.dot_digest(dot)
+    for state in spec.EXECUTION.states:
+        assert state.name.encode() in first
+
+
+def test_render_svg_without_graphviz_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    with pytest.raises(diagrams.GraphvizMissing, match="apt-get install graphviz"):
+        diagrams.render_svg("digraph {}")
