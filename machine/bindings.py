@@ -79,6 +79,10 @@ def _set(**values: object) -> Effect:
     return effect
 
 
+def _record_decision(f: Facts) -> dict[str, object]:
+    return {"decision": f.require("decision"), "decided_at": f.now}
+
+
 def _touch(f: Facts) -> dict[str, object]:
     return {"last_activity": f.now}
 
@@ -112,7 +116,7 @@ BINDINGS: Mapping[str, MachineBindings] = {
         },
         effects={
             "store_arguments_preview": _copy("arguments_preview"),
-            "record_decision": _copy("decision"),
+            "record_decision": _record_decision,
             "store_result": _copy("result"),
         },
     ),

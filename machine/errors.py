@@ -21,6 +21,10 @@ class ErrorCode(StrEnum):
     INTERRUPTED = "interrupted"
     RUNTIME_MISMATCH = "runtime_mismatch"
     INVALID_INPUT = "invalid_input"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    BLOCKED = "blocked"
+    SNAPSHOT_CORRUPT = "snapshot_corrupt"
 
 
 class LockgateError(Exception):

@@ -8,6 +8,7 @@ Python attribute, stays the truth; the write path does the writing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,9 @@ from transitions import Machine, MachineError
 from machine.bindings import BINDINGS, Facts, MachineBindings, binding_names
 from machine.errors import GuardRefused, IllegalTransition
 from spec import MACHINES, MachineSpec, TransitionSpec, load
+
+# `transitions` logs every callback at INFO; our write path logs what matters.
+logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 @dataclass

@@ -16,6 +16,11 @@ class Record:
     version: int = 0
     fields: dict[str, object] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # A status enum member and its plain string must be the same thing here: the
+        # machines and the database both speak plain strings.
+        self.status = str(self.status)
+
 
 @dataclass(frozen=True)
 class Change:

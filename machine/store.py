@@ -10,7 +10,7 @@ import copy
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from machine.errors import Conflict, IllegalTransition
 from machine.records import Change, Record
@@ -39,9 +39,9 @@ def refuse_undeclared(change: Change, edges: frozenset[tuple[str, str, str, str]
 
 
 class TransitionStore(Protocol):
-    def commit(self, changes: Sequence[Change]) -> None:
-        """Apply every change in one transaction, or none (raising `Conflict` or
-        `IllegalTransition`)."""
+    def commit(self, changes: Sequence[Change], inserts: Sequence[Any] = ()) -> None:
+        """Insert the new rows and apply every change in one transaction, or do nothing
+        (raising `Conflict` or `IllegalTransition`)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,13 @@ class MemoryStore:
         with self._lock:
             return [copy.deepcopy(r) for (m, _), r in self._rows.items() if m == machine]
 
-    def commit(self, changes: Sequence[Change]) -> None:
+    def commit(self, changes: Sequence[Change], inserts: Sequence[Any] = ()) -> None:
         with self._lock:
+            for row in inserts:
+                if not isinstance(row, Record):
+                    raise TypeError("the memory store inserts Records")
+                if (row.machine, row.id) in self._rows:
+                    raise Conflict(machine=row.machine, record_id=row.id, expected_version=0)
             for change in changes:
                 refuse_undeclared(change, self._edges)
                 row = self._rows.get((change.machine, change.record_id))
@@ -95,6 +100,8 @@ class MemoryStore:
                         record_id=change.record_id,
                         expected_version=change.expected_version,
                     )
+            for new in inserts:
+                self._rows[(new.machine, new.id)] = copy.deepcopy(new)
             for change in changes:
                 row = self._rows[(change.machine, change.record_id)]
                 row.status = change.dest

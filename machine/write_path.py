@@ -10,7 +10,7 @@ commit for effect-first ones).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
@@ -26,13 +26,27 @@ from spec.model import EffectTiming, Phase, TransitionSpec
 T = TypeVar("T")
 
 
+#: Columns only the write path itself sets.
+_RESERVED = frozenset({"id", "status", "version"})
+
+
 @dataclass(frozen=True)
 class Step:
-    """One record moved by one event, with the facts its guards and effects need."""
+    """One record moved by one event, with the facts its guards and effects need.
+
+    `data` carries plain column updates that ride along in the same transaction (logs, the
+    call counter); a status can only change through the event itself.
+    """
 
     record: Record
     event: str
     given: Mapping[str, object] = field(default_factory=dict)
+    data: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        reserved = _RESERVED & set(self.data)
+        if reserved:
+            raise ValueError(f"{sorted(reserved)} change only through a transition")
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,7 @@ class WritePath:
         )
         t = machine.decide(step.record.id, step.record.status, step.event, facts)
         updates: dict[str, object] = {}
+        updates.update(step.data)
         for name in t.effects:
             updates.update(BINDINGS[step.record.machine].effects[name](facts))
         change = Change(
@@ -85,8 +100,14 @@ class WritePath:
         )
         return t, change
 
-    def apply(self, *steps: Step, effect: Callable[[], T] | None = None) -> Applied[T]:
-        """Move every step's record in one transaction; run `effect` if a step's transition
+    def apply(
+        self,
+        *steps: Step,
+        effect: Callable[[], T] | None = None,
+        inserts: Sequence[object] = (),
+    ) -> Applied[T]:
+        """Move every step's record in one transaction (inserting `inserts`, new rows in
+        their initial state, in the same transaction); run `effect` if a step's transition
         declares an external effect. Returns the committed changes and the effect's result."""
         if not steps:
             raise ValueError("apply needs at least one step")
@@ -115,7 +136,7 @@ class WritePath:
             points("after_effect")
         points("before_commit")
         changes = tuple(change for _, change in decided)
-        self.store.commit(changes)
+        self.store.commit(changes, inserts)
         for step, change in zip(steps, changes, strict=True):
             step.record.status = change.dest
             step.record.version += 1

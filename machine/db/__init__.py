@@ -1,0 +1,1 @@
+"""Persistence: table definitions, engine creation, migrations and the SQL store."""

@@ -1,0 +1,158 @@
+"""The tables. One per aggregate; every lifecycle row carries `status` and `version`.
+
+Statuses are stored as the spec's enum values (plain strings, no database enum type), so a
+new state in the spec needs no type migration; the store refuses statuses the spec does not
+declare.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, text
+from sqlmodel import Field, SQLModel
+
+from machine.db.types import UTCDateTime
+from spec import EXECUTION
+
+metadata = SQLModel.metadata
+
+_LIVE_EXECUTION_STATUSES = ", ".join(f"'{s.name}'" for s in EXECUTION.states if not s.terminal)
+
+
+def _when(*, nullable: bool = False) -> Column[datetime]:
+    return Column(UTCDateTime(), nullable=nullable)
+
+
+def _json(*, nullable: bool = True) -> Column[JsonValue]:
+    return Column(JSON(), nullable=nullable)
+
+
+class Principal(SQLModel, table=True):
+    __tablename__ = "principals"
+
+    id: str = Field(primary_key=True, max_length=64)
+    name: str = Field(max_length=200)
+    created_at: datetime = Field(sa_column=_when())
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_keys"
+
+    id: str = Field(primary_key=True, max_length=64)
+    principal_id: str = Field(foreign_key="principals.id", index=True, max_length=64)
+    #: sha256 of the key: keys are 256-bit random, so a fast hash cannot be brute-forced.
+    key_hash: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    #: The first characters, shown in listings so an operator can tell keys apart.
+    prefix: str = Field(max_length=16)
+    created_at: datetime = Field(sa_column=_when())
+    revoked_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
+class Instance(SQLModel, table=True):
+    __tablename__ = "instances"
+
+    id: str = Field(primary_key=True, max_length=64)
+    name: str = Field(max_length=200, index=True)
+    #: Global, monotonically increasing across every start of every instance.
+    incarnation: int = Field(unique=True)
+    status: str = Field(max_length=32, index=True)
+    version: int = 0
+    host: str = Field(max_length=200)
+    pid: int
+    started_at: datetime = Field(sa_column=_when())
+    lease_until: datetime = Field(sa_column=_when())
+
+
+class Execution(SQLModel, table=True):
+    __tablename__ = "executions"
+    __table_args__ = (
+        # The live index: recovery and the claim loop read non-terminal executions only, so
+        # their cost grows with live work, never with history.
+        Index(
+            "ix_executions_live",
+            "status",
+            "owner",
+            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+        ),
+        Index("ix_executions_principal", "principal_id", "created_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    principal_id: str = Field(max_length=64)
+    session_id: str | None = Field(default=None, max_length=128, index=True)
+    status: str = Field(max_length=32)
+    version: int = 0
+    #: The instance id holding it while running; None otherwise.
+    owner: str | None = Field(default=None, max_length=64)
+    code: str = Field(sa_column=Column(Text, nullable=False))
+    #: Sealed sandbox snapshot: the last checkpoint, or the pause point.
+    snapshot: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    runtime_version: str | None = Field(default=None, max_length=32)
+    #: Tool calls made so far (the sequence of the latest journal row).
+    calls_made: int = 0
+    #: Sequence of the tool call the stored snapshot is suspended at (the call it is
+    #: paused on, while waiting for a decision).
+    snapshot_call: int | None = None
+    deadline: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    logs: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    outcome: JsonValue = Field(default=None, sa_column=_json())
+    what_ran: JsonValue = Field(default=None, sa_column=_json())
+    created_at: datetime = Field(sa_column=_when())
+    updated_at: datetime = Field(sa_column=_when())
+
+
+class ToolCall(SQLModel, table=True):
+    __tablename__ = "tool_calls"
+
+    #: "<execution id>:<sequence>" — also the idempotency key handed to the tool.
+    id: str = Field(primary_key=True, max_length=100)
+    execution_id: str = Field(foreign_key="executions.id", index=True, max_length=64)
+    seq: int
+    tool: str = Field(max_length=200)
+    status: str = Field(max_length=32)
+    version: int = 0
+    idempotent: bool = False
+    #: The validated arguments, as the code passed them (dispatch needs them after a
+    #: restart). Secrets never reach code, so they never reach these.
+    arguments: JsonValue = Field(default=None, sa_column=_json())
+    #: Redacted, size-limited arguments, for the approver and the audit trail.
+    arguments_preview: JsonValue = Field(default=None, sa_column=_json())
+    #: accept | decline | cancel, once a person decided.
+    decision: JsonValue = Field(default=None, sa_column=_json())
+    decided_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    result: JsonValue = Field(default=None, sa_column=_json())
+    attempts: int = 0
+    created_at: datetime = Field(sa_column=_when())
+    updated_at: datetime = Field(sa_column=_when())
+
+
+class Session(SQLModel, table=True):
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True, max_length=128)
+    principal_id: str = Field(max_length=64, index=True)
+    status: str = Field(max_length=32, index=True)
+    version: int = 0
+    protocol_version: str = Field(max_length=32)
+    client_info: JsonValue = Field(default=None, sa_column=_json())
+    capabilities: JsonValue = Field(default=None, sa_column=_json())
+    incarnation: int
+    last_activity: datetime = Field(sa_column=_when())
+    created_at: datetime = Field(sa_column=_when())
+
+
+class OwedRequest(SQLModel, table=True):
+    __tablename__ = "owed_requests"
+
+    id: str = Field(primary_key=True, max_length=200)
+    session_id: str = Field(max_length=128, index=True)
+    #: The JSON-RPC id as JSON (a string or a number).
+    request_id: JsonValue = Field(sa_column=_json(nullable=False))
+    status: str = Field(max_length=32, index=True)
+    version: int = 0
+    incarnation: int
+    execution_id: str | None = Field(default=None, max_length=64)
+    created_at: datetime = Field(sa_column=_when())

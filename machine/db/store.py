@@ -1,0 +1,105 @@
+"""The SQL store: the write path's transaction, on SQLite or PostgreSQL.
+
+Each `commit` is ONE transaction. Every change becomes
+
+    UPDATE <table> SET status = :dest, version = version + 1, ...
+    WHERE id = :id AND version = :expected AND status = :source
+
+with (source, dest) checked against the spec first, and a change that touches no row turns
+the whole transaction into a `Conflict`. New rows may be inserted in the same transaction,
+and only in their lifecycle's initial state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, Table, update
+from sqlmodel import Session, SQLModel
+
+from machine.db.schema import Execution, Instance, OwedRequest, ToolCall
+from machine.db.schema import Session as SessionRow
+from machine.errors import Conflict, IllegalTransition
+from machine.records import Change
+from machine.store import declared_edges, refuse_undeclared
+from spec import MACHINES, MachineSpec
+
+#: Which table holds each lifecycle.
+TABLES: Mapping[str, type[SQLModel]] = {
+    "execution": Execution,
+    "tool_call": ToolCall,
+    "session": SessionRow,
+    "owed_request": OwedRequest,
+    "instance": Instance,
+}
+MACHINE_OF: Mapping[type[SQLModel], str] = {model: name for name, model in TABLES.items()}
+
+
+def _table(model: type[SQLModel]) -> Table:
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, Table)
+    return table
+
+
+class SqlStore:
+    def __init__(self, engine: Engine, specs: Mapping[str, MachineSpec] | None = None) -> None:
+        self.engine = engine
+        self.specs = MACHINES if specs is None else specs
+        self._edges = declared_edges(self.specs)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A read session (or a transaction of one's own for writes outside lifecycles)."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    def commit(self, changes: Sequence[Change], inserts: Sequence[SQLModel] = ()) -> None:
+        now = datetime.now(UTC)
+        for row in inserts:
+            self._refuse_non_initial(row)
+        for change in changes:
+            refuse_undeclared(change, self._edges)
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            for row in inserts:
+                session.add(row)
+            session.flush()
+            for change in changes:
+                model = TABLES[change.machine]
+                table = _table(model)
+                values: dict[str, object] = dict(change.updates)
+                values.update(status=change.dest, version=change.expected_version + 1)
+                if "updated_at" in table.c:
+                    values.setdefault("updated_at", now)
+                result = session.execute(
+                    update(table)
+                    .where(
+                        table.c.id == change.record_id,
+                        table.c.version == change.expected_version,
+                        table.c.status == change.source,
+                    )
+                    .values(**values)
+                )
+                if result.rowcount != 1:  # type: ignore[attr-defined]
+                    # Leaving the block with an exception rolls every change back.
+                    raise Conflict(
+                        machine=change.machine,
+                        record_id=change.record_id,
+                        expected_version=change.expected_version,
+                    )
+
+    def _refuse_non_initial(self, row: SQLModel) -> None:
+        machine = MACHINE_OF.get(type(row))
+        if machine is None:
+            return
+        status = getattr(row, "status", None)
+        initial = self.specs[machine].initial.name
+        if status != initial:
+            raise IllegalTransition(
+                machine=machine,
+                record_id=str(getattr(row, "id", "?")),
+                event="insert",
+                source="(new)",
+                dest=str(status),
+            )

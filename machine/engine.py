@@ -1,0 +1,587 @@
+"""The durable engine: agent code in the sandbox, tool calls through the journal.
+
+Every status change goes through the write path. The engine's own state is the database:
+a paused execution is its row (sealed snapshot, the call it waits on, its deadline) and that
+call's journal row, written in one transaction; any process can pick either up.
+
+A call's life in `_advance_call` follows the tool-call lifecycle:
+requested -> (policy) blocked | approved | awaiting_approval (the execution pauses);
+approved -> dispatched (intent, committed BEFORE the tool runs) -> succeeded | failed (result,
+committed after). Whatever the call's stored status, `_advance_call` continues from it, which
+is how a requeued execution replays its journal instead of calling tools twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import JsonValue
+from sqlmodel import col, select
+
+from machine.db.schema import Execution, ToolCall
+from machine.db.store import SqlStore
+from machine.errors import Conflict, GuardRefused
+from machine.execution_errors import (
+    ExecutionAlreadySettled,
+    ExecutionExpired,
+    ExecutionForbidden,
+    ExecutionInterrupted,
+    ExecutionNotFound,
+    InvalidExecutionInput,
+)
+from machine.faults import Faults
+from machine.policy import Policy, PolicyDecision
+from machine.records import Record
+from machine.sandbox import (
+    MONTY_VERSION,
+    Failed,
+    Finished,
+    Raised,
+    Returned,
+    RuntimeMismatch,
+    Sandbox,
+    SnapshotCorrupt,
+    Suspended,
+    ToolOutcome,
+    ToolRequest,
+    sealed_version,
+)
+from machine.sandbox import (
+    Step as SandboxStep,
+)
+from machine.secrets import MissingSecret, Redactor, SecretStore
+from machine.settings import Settings
+from machine.tools.registry import (
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolFailed,
+    ToolRegistry,
+    UnknownTool,
+)
+from machine.values import limit_size, limit_text, to_json
+from machine.views import ExecutionView, build_view
+from machine.write_path import Step, WritePath
+from spec import ExecutionStatus as E
+from spec import ToolCallStatus as C
+
+log = logging.getLogger("lockgate.engine")
+
+
+class Action(StrEnum):
+    ACCEPT = "accept"
+    DECLINE = "decline"
+    CANCEL = "cancel"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def record_of(row: Execution | ToolCall) -> Record:
+    machine = "execution" if isinstance(row, Execution) else "tool_call"
+    return Record(machine, row.id, row.status, row.version, row.model_dump())
+
+
+@dataclass(frozen=True)
+class _Dispatched:
+    """What a tool call produced: a value for the code, or an error message for it."""
+
+    value: JsonValue = None
+    error: str | None = None
+
+
+#: The exception type agent code sees for a call that did not happen (catchable as
+#: `PermissionError` or `Exception`).
+REFUSED = "PermissionError"
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        sandbox: Sandbox,
+        registry: ToolRegistry,
+        policy: Policy,
+        secrets: SecretStore,
+        settings: Settings,
+        owner: str,
+        faults: Faults | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.store = store
+        self.sandbox = sandbox
+        self.registry = registry
+        self.policy = policy
+        self.secrets = secrets
+        self.settings = settings
+        #: The instance id written as the owner of the executions this engine runs.
+        self.owner = owner
+        self.clock = clock
+        self.write = WritePath(
+            store, faults=faults, clock=clock, conservative=settings.conservative_recovery
+        )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _execution(self, execution_id: str) -> Execution | None:
+        with self.store.session() as s:
+            return s.get(Execution, execution_id)
+
+    def _call_row(self, call_id: str) -> ToolCall | None:
+        with self.store.session() as s:
+            return s.get(ToolCall, call_id)
+
+    def view(self, execution_id: str) -> ExecutionView:
+        with self.store.session() as s:
+            row = s.get(Execution, execution_id)
+            if row is None:
+                raise ExecutionNotFound(execution_id=execution_id)
+            calls = list(s.exec(select(ToolCall).where(ToolCall.execution_id == execution_id)))
+        return build_view(row, calls)
+
+    def _owned(self, execution_id: str, principal_id: str) -> Execution:
+        row = self._execution(execution_id)
+        if row is None:
+            raise ExecutionNotFound(execution_id=execution_id)
+        if row.principal_id != principal_id:
+            raise ExecutionForbidden(execution_id=execution_id)
+        return row
+
+    def get(self, execution_id: str, principal_id: str) -> ExecutionView:
+        """The execution as its principal sees it now (expiring it first when overdue)."""
+        row = self._owned(execution_id, principal_id)
+        self._expire_if_due(row)
+        return self.view(execution_id)
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def submit(self, principal_id: str, code: str, session_id: str | None = None) -> str:
+        """Store a new pending execution; returns its id."""
+        if not code.strip():
+            raise InvalidExecutionInput("The code is empty: send the Python code to run.")
+        if len(code) > self.settings.max_code_chars:
+            raise InvalidExecutionInput(
+                f"The code is {len(code)} characters long; the limit is "
+                f"{self.settings.max_code_chars}. Send a shorter program."
+            )
+        now = self.clock()
+        row = Execution(
+            id=uuid.uuid4().hex,
+            principal_id=principal_id,
+            session_id=session_id,
+            status=E.PENDING.value,
+            code=code,
+            created_at=now,
+            updated_at=now,
+        )
+        self.write.store.commit([], [row])  # a new row in its initial state, no transition
+        return row.id
+
+    def execute(self, principal_id: str, code: str, session_id: str | None = None) -> ExecutionView:
+        """Submit and run until the code finishes or pauses for approval."""
+        execution_id = self.submit(principal_id, code, session_id)
+        self.run(execution_id)
+        return self.view(execution_id)
+
+    def run(self, execution_id: str) -> bool:
+        """Claim a pending execution and run it; False when another instance claimed it."""
+        row = self._execution(execution_id)
+        if row is None or row.status != E.PENDING:
+            return False
+        ex = record_of(row)
+        try:
+            self.write.apply(Step(ex, "start", {"owner": self.owner}))
+        except Conflict:
+            return False
+        self._guarded(ex, lambda: self._first_step(ex))
+        return True
+
+    def run_pending(self, limit: int = 50) -> int:
+        """Claim and run pending executions (new, or requeued by recovery)."""
+        with self.store.session() as s:
+            ids = list(
+                s.exec(
+                    select(Execution.id)
+                    .where(Execution.status == E.PENDING)
+                    .order_by(col(Execution.created_at))
+                    .limit(limit)
+                )
+            )
+        return sum(1 for execution_id in ids if self.run(execution_id))
+
+    def _first_step(self, ex: Record) -> tuple[SandboxStep | None, int]:
+        snapshot = ex.fields.get("snapshot")
+        at = ex.fields.get("snapshot_call")
+        if isinstance(snapshot, bytes) and isinstance(at, int):
+            # Requeued after a crash: go on from the last checkpoint, replaying the journal.
+            call = self._call_row(f"{ex.id}:{at}")
+            if call is None:
+                raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
+            return self._advance_call(ex, record_of(call), snapshot), at
+        return self.sandbox.start(str(ex.fields["code"])), 0
+
+    # -- the drive loop ----------------------------------------------------------------------
+
+    def _guarded(self, ex: Record, first: Callable[[], tuple[SandboxStep | None, int]]) -> None:
+        """Drive the execution, failing it (not the server) on an unexpected error."""
+        try:
+            step, cursor = first()
+            self._drive(ex, step, cursor)
+        except (Conflict, GuardRefused):
+            # Someone else moved it (recovery declared us dead, or it was cancelled): the
+            # stored state is the truth and it is theirs now.
+            log.warning("execution %s changed under us; leaving it", ex.id)
+        except Exception as exc:  # the last line of defence: one execution, not the server
+            log.exception("execution %s failed unexpectedly", ex.id)
+            self._fail_internally(ex, exc)
+
+    def _fail_internally(self, ex: Record, exc: Exception) -> None:
+        current = self._execution(ex.id)
+        if current is None or current.status != E.RUNNING or current.owner != self.owner:
+            return
+        error: JsonValue
+        if isinstance(exc, RuntimeMismatch | SnapshotCorrupt):
+            error = {"code": str(exc.code), "message": exc.message}
+        else:
+            error = {
+                "code": "internal_error",
+                "message": "The server failed while running "
+                "this execution; it was stopped. Run the code again.",
+            }
+        record = record_of(current)
+        with contextlib.suppress(Conflict, GuardRefused):
+            self.write.apply(Step(record, "fail", {"outcome": {"error": error}}))
+
+    def _logs(self, ex: Record, new: str) -> str:
+        joined = str(ex.fields.get("logs") or "") + new
+        return limit_text(joined, self.settings.max_log_chars)
+
+    def _drive(self, ex: Record, step: SandboxStep | None, cursor: int) -> None:
+        while step is not None:
+            logs = self._logs(ex, step.logs)
+            if isinstance(step, Finished):
+                result = limit_size(to_json(step.output), self.settings.max_result_bytes)
+                self.write.apply(
+                    Step(ex, "complete", {"outcome": {"result": result}}, data={"logs": logs})
+                )
+                return
+            if isinstance(step, Failed):
+                error = {"code": str(step.reason), "message": step.message}
+                self.write.apply(
+                    Step(ex, "fail", {"outcome": {"error": error}}, data={"logs": logs})
+                )
+                return
+            ex.fields["logs"] = logs
+            cursor += 1
+            step = self._call(ex, step, cursor)
+
+    def _call(self, ex: Record, suspended: Suspended, seq: int) -> SandboxStep | None:
+        request = suspended.request
+        call_id = f"{ex.id}:{seq}"
+        try:
+            tool = self.registry.get(request.name)
+            arguments = self.registry.validate_arguments(
+                request.name, dict(request.kwargs), list(request.args)
+            )
+        except (UnknownTool, InvalidArguments) as exc:
+            # Nothing was requested that could run: the code sees the error, no journal row.
+            return self.sandbox.resume(suspended.snapshot, Raised("TypeError", exc.message))
+        existing = self._call_row(call_id)
+        if existing is not None:
+            if existing.tool != tool.spec.full_name:
+                return self.sandbox.resume(
+                    suspended.snapshot,
+                    Raised(
+                        "RuntimeError",
+                        f"replaying after a restart, call {seq} asked for "
+                        f"{tool.spec.call_name} but the journal recorded "
+                        f"tools.{existing.tool}: the code is not deterministic",
+                    ),
+                )
+            return self._advance_call(ex, record_of(existing), suspended.snapshot)
+        now = self.clock()
+        row = ToolCall(
+            id=call_id,
+            execution_id=ex.id,
+            seq=seq,
+            tool=tool.spec.full_name,
+            status=C.REQUESTED.value,
+            idempotent=tool.spec.idempotent,
+            arguments=arguments,
+            arguments_preview=limit_size(arguments, 4096),
+            created_at=now,
+            updated_at=now,
+        )
+        checkpoint = self.settings.checkpoint_every_call
+        self.write.apply(
+            Step(
+                ex,
+                "checkpoint",
+                {"snapshot": suspended.snapshot if checkpoint else ex.fields.get("snapshot")},
+                data={
+                    "calls_made": seq,
+                    "logs": ex.fields.get("logs", ""),
+                    **(
+                        {"snapshot_call": seq, "runtime_version": MONTY_VERSION}
+                        if checkpoint
+                        else {}
+                    ),
+                },
+            ),
+            inserts=[row],
+        )
+        return self._advance_call(ex, record_of(row), suspended.snapshot)
+
+    def _advance_call(self, ex: Record, call: Record, snapshot: bytes) -> SandboxStep | None:
+        """Carry one journal row forward from whatever status it is in; returns the next
+        sandbox step, or None when the execution paused."""
+        tool_name = str(call.fields["tool"])
+        while True:
+            status = call.status
+            if status == C.REQUESTED:
+                tool = self.registry.get(tool_name)
+                decision = self.policy.decide(tool.spec)
+                if decision is PolicyDecision.BLOCK:
+                    self.write.apply(Step(call, "block"))
+                elif decision is PolicyDecision.APPROVE:
+                    self.write.apply(Step(call, "auto_approve"))
+                else:
+                    self._pause(ex, call, snapshot)
+                    return None
+            elif status in (C.APPROVED, C.DISPATCHED):
+                outcome = self._dispatch(ex, call)
+                return self.sandbox.resume(snapshot, outcome)
+            else:
+                return self.sandbox.resume(snapshot, self._settled_outcome(call))
+
+    def _settled_outcome(self, call: Record) -> ToolOutcome:
+        tool = f"tools.{call.fields['tool']}"
+        status = call.status
+        result = call.fields.get("result")
+        if status == C.SUCCEEDED and isinstance(result, dict):
+            return Returned(result.get("value"))
+        if status == C.FAILED and isinstance(result, dict):
+            return Raised("RuntimeError", f"{tool} failed: {result.get('error')}")
+        if status == C.BLOCKED:
+            return Raised(REFUSED, f"{tool} is blocked by the server's policy")
+        if status == C.DECLINED:
+            decision = call.fields.get("decision")
+            action = decision.get("action") if isinstance(decision, dict) else "decline"
+            verb = "cancelled" if action == Action.CANCEL else "declined"
+            return Raised(REFUSED, f"the call to {tool} was {verb} by the approver")
+        raise RuntimeError(f"call {call.id} cannot be resumed from {status!r}")
+
+    def _pause(self, ex: Record, call: Record, snapshot: bytes) -> None:
+        deadline = self.clock() + self.settings.approval_ttl
+        self.write.apply(
+            Step(call, "request_approval", {"arguments_preview": call.fields["arguments_preview"]}),
+            Step(
+                ex,
+                "pause",
+                {"snapshot": snapshot, "deadline": deadline},
+                data={
+                    "snapshot_call": int(str(call.fields["seq"])),
+                    "runtime_version": MONTY_VERSION,
+                    "logs": ex.fields.get("logs", ""),
+                },
+            ),
+        )
+
+    def _dispatch(self, ex: Record, call: Record) -> ToolOutcome:
+        tool = self.registry.get(str(call.fields["tool"]))
+        arguments = call.fields.get("arguments")
+        event = "dispatch" if call.status == C.APPROVED else "redispatch"
+        attempts = int(str(call.fields.get("attempts") or 0)) + 1
+        applied = self.write.apply(
+            Step(call, event, data={"attempts": attempts}),
+            effect=lambda: self._invoke(
+                tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
+            ),
+        )
+        done = applied.effect_result
+        assert done is not None
+        if done.error is None:
+            self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}))
+            return Returned(done.value)
+        self.write.apply(Step(call, "fail", {"result": {"error": done.error}}))
+        return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
+
+    def _invoke(
+        self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: Record
+    ) -> _Dispatched:
+        """Run the tool with its secrets resolved now; nothing it returns or raises is kept
+        before every secret value is scrubbed from it."""
+        try:
+            secrets = self.secrets.resolve(tool.spec.secrets)
+        except MissingSecret as exc:
+            return _Dispatched(error=exc.message)
+        redactor = Redactor(secrets.values())
+        context = ToolContext(
+            idempotency_key=call_id,
+            secrets=secrets,
+            principal_id=str(ex.fields["principal_id"]),
+        )
+        try:
+            value = tool.call(arguments, context)
+        except ToolFailed as exc:
+            return _Dispatched(error=redactor.redact_text(str(exc)))
+        except Exception as exc:
+            log.warning(
+                "tool %s raised %s", tool.spec.full_name, type(exc).__name__
+            )  # the message may hold a secret: the type is enough for operators
+            return _Dispatched(error=f"the tool failed unexpectedly ({type(exc).__name__})")
+        clean = redactor.redact(to_json(value))
+        return _Dispatched(value=limit_size(clean, self.settings.max_result_bytes))
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def resume(
+        self,
+        execution_id: str,
+        principal_id: str,
+        action: Action,
+        content: JsonValue = None,
+    ) -> ExecutionView:
+        """Apply a person's decision to a paused execution and run it on.
+
+        Repeating the decision that settled it returns the same outcome; any other attempt
+        on an execution that is no longer waiting is `already_settled`."""
+        row = self._owned(execution_id, principal_id)
+        row = self._expire_if_due(row)
+        if row.status == E.WAITING_FOR_INTERACTION:
+            snapshot = row.snapshot
+            if snapshot is None or row.snapshot_call is None:
+                raise RuntimeError(f"paused execution {execution_id} has no snapshot")
+            # Refuse a snapshot this runtime cannot load BEFORE the decision is consumed.
+            made_by = sealed_version(snapshot)
+            if made_by != MONTY_VERSION:
+                raise RuntimeMismatch(sealed_version=made_by)
+            call_row = self._call_row(f"{execution_id}:{row.snapshot_call}")
+            if call_row is None:
+                raise RuntimeError(f"paused execution {execution_id} has no pending call")
+            ex, call = record_of(row), record_of(call_row)
+            decision: JsonValue = {"action": str(action), "content": content}
+            try:
+                self.write.apply(
+                    Step(
+                        call,
+                        "approve" if action is Action.ACCEPT else "decline",
+                        {"decision": decision},
+                    ),
+                    Step(ex, "resume", {"owner": self.owner}),
+                )
+            except (Conflict, GuardRefused):
+                row = self._owned(execution_id, principal_id)  # lost the race: see who won
+            else:
+                self._guarded(ex, lambda: (self._advance_call(ex, call, snapshot), call_row.seq))
+                return self.view(execution_id)
+        return self._settled(row, action)
+
+    def _settled(self, row: Execution, action: Action) -> ExecutionView:
+        if row.status == E.EXPIRED:
+            raise ExecutionExpired(
+                execution_id=row.id, deadline=row.deadline.isoformat() if row.deadline else None
+            )
+        if row.status == E.INTERRUPTED:
+            raise ExecutionInterrupted(execution_id=row.id, what_ran=row.what_ran)
+        call = self._last_decided_call(row.id)
+        decision = call.decision if call is not None else None
+        decided = decision.get("action") if isinstance(decision, dict) else None
+        terminal = row.status not in (E.PENDING, E.RUNNING, E.WAITING_FOR_INTERACTION)
+        if decided == action and terminal:
+            return self.view(row.id)  # the same decision again: the same settled outcome
+        detail = f"a decision was already recorded ({decided})" if decided else "it is not paused"
+        raise ExecutionAlreadySettled(execution_id=row.id, status=row.status, detail=detail)
+
+    # -- expiry ------------------------------------------------------------------------------
+
+    def _last_decided_call(self, execution_id: str) -> ToolCall | None:
+        with self.store.session() as s:
+            return s.exec(
+                select(ToolCall)
+                .where(ToolCall.execution_id == execution_id, col(ToolCall.decided_at).is_not(None))
+                .order_by(col(ToolCall.seq).desc())
+                .limit(1)
+            ).first()
+
+    def _expire_if_due(self, row: Execution) -> Execution:
+        if (
+            row.status != E.WAITING_FOR_INTERACTION
+            or row.deadline is None
+            or self.clock() < row.deadline
+        ):
+            return row
+        call_row = self._call_row(f"{row.id}:{row.snapshot_call}")
+        steps = [Step(record_of(row), "expire")]
+        if call_row is not None and call_row.status == C.AWAITING_APPROVAL:
+            steps.insert(0, Step(record_of(call_row), "expire"))
+        with contextlib.suppress(Conflict, GuardRefused):  # someone else expired/resumed it
+            self.write.apply(*steps)
+        fresh = self._execution(row.id)
+        assert fresh is not None
+        return fresh
+
+    def expire_due(self) -> int:
+        """The periodic sweep: expire every paused execution past its deadline."""
+        now = self.clock()
+        with self.store.session() as s:
+            rows = list(
+                s.exec(
+                    select(Execution).where(
+                        Execution.status == E.WAITING_FOR_INTERACTION,
+                        col(Execution.deadline) <= now,
+                    )
+                )
+            )
+        return sum(1 for row in rows if self._expire_if_due(row).status == E.EXPIRED)
+
+    # -- cancellation ------------------------------------------------------------------------
+
+    def cancel(self, execution_id: str, principal_id: str) -> ExecutionView:
+        """Cancel a pending or paused execution (its unsent call is withdrawn)."""
+        row = self._owned(execution_id, principal_id)
+        if row.status not in (E.PENDING, E.WAITING_FOR_INTERACTION):
+            raise ExecutionAlreadySettled(
+                execution_id=row.id,
+                status=row.status,
+                detail="only a pending or paused execution can be cancelled",
+            )
+        steps = [Step(record_of(row), "cancel")]
+        if row.snapshot_call is not None and row.status == E.WAITING_FOR_INTERACTION:
+            call_row = self._call_row(f"{row.id}:{row.snapshot_call}")
+            if call_row is not None and call_row.status == C.AWAITING_APPROVAL:
+                steps.insert(0, Step(record_of(call_row), "withdraw"))
+        try:
+            self.write.apply(*steps)
+        except (Conflict, GuardRefused):
+            return self._settled(self._owned(execution_id, principal_id), Action.CANCEL)
+        return self.view(execution_id)
+
+    # -- counts for the session lease --------------------------------------------------------
+
+    def live_counts(
+        self, *, session_id: str | None = None, principal_id: str | None = None
+    ) -> dict[str, int]:
+        """Running (pending included) and paused executions, for the lease policy."""
+        with self.store.session() as s:
+            query = select(Execution.status).where(
+                col(Execution.status).in_([E.PENDING, E.RUNNING, E.WAITING_FOR_INTERACTION])
+            )
+            if session_id is not None:
+                query = query.where(Execution.session_id == session_id)
+            if principal_id is not None:
+                query = query.where(Execution.principal_id == principal_id)
+            statuses = list(s.exec(query))
+        paused = sum(1 for st in statuses if st == E.WAITING_FOR_INTERACTION)
+        return {"running": len(statuses) - paused, "paused": paused}
+
+
+__all__ = ["Action", "Engine", "ExecutionView", "ToolRequest"]

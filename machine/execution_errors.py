@@ -1,0 +1,77 @@
+"""What can go wrong when a client acts on an execution: each case named, with a next step."""
+
+from __future__ import annotations
+
+from pydantic import JsonValue
+
+from machine.errors import ErrorCode, LockgateError
+
+REEXECUTE = "Run the code again with `execute` to start a new execution."
+
+
+class ExecutionNotFound(LockgateError):
+    code = ErrorCode.NOT_FOUND
+
+    def __init__(self, *, execution_id: str) -> None:
+        self.execution_id = execution_id
+        super().__init__(
+            f"No execution {execution_id!r} exists (or it belongs to someone else).",
+            hint=f"Check the executionId. {REEXECUTE}",
+        )
+
+
+class ExecutionForbidden(LockgateError):
+    code = ErrorCode.FORBIDDEN
+
+    def __init__(self, *, execution_id: str) -> None:
+        self.execution_id = execution_id
+        super().__init__(
+            f"Execution {execution_id!r} belongs to another principal; it can only be resumed "
+            "with that principal's API key."
+        )
+
+
+class ExecutionExpired(LockgateError):
+    code = ErrorCode.EXPIRED
+
+    def __init__(self, *, execution_id: str, deadline: str | None) -> None:
+        self.execution_id, self.deadline = execution_id, deadline
+        when = f" at {deadline}" if deadline else ""
+        super().__init__(
+            f"Execution {execution_id!r} expired{when}: no decision arrived before its "
+            "approval deadline, and the pending tool call was not made.",
+            hint=REEXECUTE,
+        )
+
+
+class ExecutionAlreadySettled(LockgateError):
+    code = ErrorCode.ALREADY_SETTLED
+
+    def __init__(self, *, execution_id: str, status: str, detail: str) -> None:
+        self.execution_id, self.status = execution_id, status
+        super().__init__(
+            f"Execution {execution_id!r} is not waiting for a decision ({detail}; it is "
+            f"{status} now).",
+            hint="Fetch the execution to see its outcome, or wait for it to finish. "
+            + ("" if status == "running" else REEXECUTE),
+        )
+
+
+class ExecutionInterrupted(LockgateError):
+    code = ErrorCode.INTERRUPTED
+
+    def __init__(self, *, execution_id: str, what_ran: JsonValue) -> None:
+        self.execution_id, self.what_ran = execution_id, what_ran
+        super().__init__(
+            f"Execution {execution_id!r} was interrupted by a server crash at a point where "
+            "going on could have repeated a tool call; see what_ran for the calls that "
+            "completed and the call in doubt.",
+            hint="Check whether the call in doubt took effect before running the code again.",
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {**super().as_dict(), "what_ran": self.what_ran}
+
+
+class InvalidExecutionInput(LockgateError):
+    code = ErrorCode.INVALID_INPUT

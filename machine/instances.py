@@ -1,0 +1,138 @@
+"""This process's incarnation: an instance row with a heartbeat lease.
+
+Every start is a new incarnation with a global, increasing number. The lease is renewed by
+the `heartbeat` transition; when it lapses, any instance may declare this one dead and
+recover its work. A heartbeat that finds the row already declared dead means another
+instance took our work over: this process must stop touching it (its writes would conflict
+anyway, since every write is conditional on a version).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, func, select
+
+from machine.db.schema import Instance
+from machine.db.store import SqlStore
+from machine.errors import Conflict, GuardRefused
+from machine.records import Record
+from machine.write_path import Step, WritePath
+from spec import InstanceStatus as I
+
+
+def _record(row: Instance) -> Record:
+    return Record("instance", row.id, row.status, row.version, row.model_dump())
+
+
+class InstanceLease:
+    def __init__(
+        self,
+        store: SqlStore,
+        write: WritePath,
+        *,
+        name: str,
+        ttl: timedelta,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store, self.write, self.name, self.ttl, self.clock = store, write, name, ttl, clock
+        self.row: Instance | None = None
+        self.record: Record | None = None
+
+    @property
+    def id(self) -> str:
+        if self.row is None:
+            raise RuntimeError("the instance is not registered yet")
+        return self.row.id
+
+    @property
+    def incarnation(self) -> int:
+        if self.row is None:
+            raise RuntimeError("the instance is not registered yet")
+        return self.row.incarnation
+
+    def register(self) -> Instance:
+        """Insert this incarnation's row (live, with a fresh lease)."""
+        for _ in range(20):
+            with self.store.session() as s:
+                latest = s.exec(select(func.max(Instance.incarnation))).one()
+            now = self.clock()
+            row = Instance(
+                id=uuid.uuid4().hex,
+                name=self.name,
+                incarnation=(latest or 0) + 1,
+                status=I.LIVE.value,
+                host=socket.gethostname()[:200],
+                pid=os.getpid(),
+                started_at=now,
+                lease_until=now + self.ttl,
+            )
+            try:
+                self.store.commit([], [row])
+            except IntegrityError:
+                continue  # another instance took that incarnation number: take the next
+            self.row, self.record = row, _record(row)
+            return row
+        raise RuntimeError("could not allocate an incarnation number")
+
+    def heartbeat(self) -> bool:
+        """Renew the lease; False when this incarnation was declared dead meanwhile."""
+        if self.record is None:
+            raise RuntimeError("the instance is not registered yet")
+        try:
+            self.write.apply(
+                Step(self.record, "heartbeat", {"lease_until": self.clock() + self.ttl})
+            )
+        except (Conflict, GuardRefused):
+            return False
+        return True
+
+    def drain(self) -> None:
+        if self.record is not None and self.record.status == I.LIVE:
+            self.write.apply(Step(self.record, "drain"))
+
+    def stop(self) -> None:
+        if self.record is not None and self.record.status == I.DRAINING:
+            self.write.apply(Step(self.record, "stop"))
+
+    def live_ids(self) -> set[str]:
+        """Instances whose lease still holds (this one included)."""
+        now = self.clock()
+        with self.store.session() as s:
+            rows = s.exec(
+                select(Instance.id).where(
+                    col(Instance.status).in_([I.LIVE, I.DRAINING]),
+                    col(Instance.lease_until) > now,
+                )
+            )
+            return set(rows)
+
+    def declare_dead_instances(self) -> list[str]:
+        """Declare dead every instance whose lease lapsed, and every earlier incarnation of
+        this instance's own name (a process cannot outlive its restart); returns their ids."""
+        now = self.clock()
+        with self.store.session() as s:
+            rows = list(
+                s.exec(
+                    select(Instance).where(
+                        col(Instance.status).in_([I.LIVE, I.DRAINING]),
+                        Instance.id != self.id,
+                    )
+                )
+            )
+        declared = []
+        for row in rows:
+            previous_self = row.name == self.name and row.incarnation < self.incarnation
+            if row.lease_until > now and not previous_self:
+                continue
+            try:
+                self.write.apply(Step(_record(row), "declare_dead"))
+            except (Conflict, GuardRefused):
+                continue  # another instance declared it first, or it renewed just now
+            declared.append(row.id)
+        return declared

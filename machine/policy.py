@@ -1,0 +1,165 @@
+"""Which tool calls run at once, which wait for a person, and which never run.
+
+A policy is a list of rules keyed by a pattern over tool full names (`source.name`). Among the
+rules that match a tool the most restrictive wins, so adding a rule can only tighten what an
+operator already wrote for a narrower pattern, never silently loosen it. A tool no rule
+matches keeps its own `default_policy`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from machine.errors import ErrorCode, LockgateError
+
+if TYPE_CHECKING:  # the registry imports PolicyDecision from here; avoid the cycle at runtime
+    from machine.tools.registry import ToolSpec
+
+
+class PolicyDecision(StrEnum):
+    APPROVE = "approve"
+    REQUIRE_APPROVAL = "require_approval"
+    BLOCK = "block"
+
+
+# Higher is more restrictive; `decide` takes the maximum over matching rules.
+_RESTRICTIVENESS = {
+    PolicyDecision.APPROVE: 0,
+    PolicyDecision.REQUIRE_APPROVAL: 1,
+    PolicyDecision.BLOCK: 2,
+}
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_PATTERN_RE = re.compile(rf"\*|{_IDENT}\.\*|{_IDENT}\.{_IDENT}")
+PATTERN_FORMS = "'*', 'source.*' or 'source.name' (without the 'tools.' prefix)"
+
+
+def most_restrictive(decisions: Iterable[PolicyDecision]) -> PolicyDecision | None:
+    """The strictest of `decisions`, or None when there are none."""
+    return max(decisions, key=_RESTRICTIVENESS.__getitem__, default=None)
+
+
+class InvalidPolicy(LockgateError):
+    """A policy rule or policy text that cannot be understood."""
+
+    code = ErrorCode.INVALID_INPUT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message,
+            hint=f"Write rules as pattern=decision separated by commas, with patterns "
+            f"{PATTERN_FORMS} and decisions {_decision_names()}; for example "
+            "'notes.*=approve,notes.delete=block'.",
+        )
+
+
+class ToolBlocked(LockgateError):
+    """The policy forbids this tool: the call is refused before anything is dispatched."""
+
+    code = ErrorCode.BLOCKED
+
+    def __init__(self, *, tool: str) -> None:
+        self.tool = tool
+        super().__init__(
+            f"tools.{tool} is blocked by policy and was not called",
+            hint="Use another tool, or ask an operator to change the tool policy.",
+        )
+
+
+def _decision_names() -> str:
+    return ", ".join(d.value for d in PolicyDecision)
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    if _PATTERN_RE.fullmatch(pattern):
+        return None
+    if pattern.startswith("tools."):
+        return f"pattern {pattern!r} must not start with 'tools.'"
+    return f"pattern {pattern!r} is not one of {PATTERN_FORMS}"
+
+
+class PolicyRule(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pattern: str
+    decision: PolicyDecision
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, pattern: str) -> str:
+        problem = _pattern_problem(pattern)
+        if problem:
+            raise ValueError(problem)
+        return pattern
+
+    def matches(self, full_name: str) -> bool:
+        if self.pattern == "*":
+            return True
+        if self.pattern.endswith(".*"):
+            return full_name.startswith(self.pattern[:-1])
+        return full_name == self.pattern
+
+    def __str__(self) -> str:
+        return f"{self.pattern}={self.decision.value}"
+
+
+class Policy:
+    """An ordered set of rules; rule order never changes a decision."""
+
+    def __init__(self, rules: Iterable[PolicyRule] = ()) -> None:
+        self.rules: tuple[PolicyRule, ...] = tuple(rules)
+
+    @classmethod
+    def from_text(cls, text: str) -> Policy:
+        """Parse `pattern=decision` entries separated by commas or newlines.
+
+        Blank entries are ignored, so a trailing comma or an empty variable is fine. The same
+        pattern given twice is refused: one of the two was almost certainly a mistake.
+        """
+        rules: list[PolicyRule] = []
+        seen: dict[str, str] = {}
+        for raw in re.split(r"[,\n]", text):
+            entry = raw.strip()
+            if not entry:
+                continue
+            pattern, sep, decision = (part.strip() for part in entry.partition("="))
+            if not sep:
+                raise InvalidPolicy(
+                    f"policy entry {entry!r} has no '=' (expected pattern=decision)"
+                )
+            problem = _pattern_problem(pattern)
+            if problem:
+                raise InvalidPolicy(f"policy entry {entry!r}: {problem}")
+            try:
+                parsed = PolicyDecision(decision.lower())
+            except ValueError:
+                raise InvalidPolicy(
+                    f"policy entry {entry!r}: unknown decision {decision!r} "
+                    f"(expected one of {_decision_names()})"
+                ) from None
+            if pattern in seen:
+                raise InvalidPolicy(
+                    f"policy entry {entry!r}: pattern {pattern!r} is already given as "
+                    f"{seen[pattern]!r}"
+                )
+            seen[pattern] = entry
+            rules.append(PolicyRule(pattern=pattern, decision=parsed))
+        return cls(rules)
+
+    def to_text(self) -> str:
+        return ",".join(str(rule) for rule in self.rules)
+
+    def matching(self, full_name: str) -> list[PolicyRule]:
+        return [rule for rule in self.rules if rule.matches(full_name)]
+
+    def decide(self, spec: ToolSpec) -> PolicyDecision:
+        decision = most_restrictive(rule.decision for rule in self.matching(spec.full_name))
+        return spec.default_policy if decision is None else decision
+
+    def __repr__(self) -> str:
+        return f"Policy({self.to_text()!r})"

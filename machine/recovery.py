@@ -1,0 +1,121 @@
+"""Recovering the live work of dead instances, by the spec's recovery edges.
+
+For each execution left running by an owner that no longer holds a lease, the journal is
+recovered before the execution (the model checker explores the same order):
+
+1. its latest call, if dispatched, is re-dispatchable only when the tool is idempotent and
+   the operator allows retries; otherwise it is marked in_doubt;
+2. the execution is requeued (to go on from its last checkpoint) unless a call is in doubt
+   or the operator chose conservative recovery, in which case it ends interrupted with a
+   record of what ran;
+3. an unsent call of an execution that ended is withdrawn.
+
+Every step is a conditional write, so two instances recovering at once never both move the
+same record: the loser's write conflicts and it moves on. Running recovery twice is harmless.
+Only non-terminal executions are read (the live index), so the cost grows with live work.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pydantic import JsonValue
+from sqlmodel import col, select
+
+from machine.db.schema import Execution, ToolCall
+from machine.engine import Engine, record_of
+from machine.errors import Conflict, GuardRefused
+from machine.instances import InstanceLease
+from machine.write_path import Step
+from spec import ExecutionStatus as E
+from spec import ToolCallStatus as C
+
+log = logging.getLogger("lockgate.recovery")
+
+
+@dataclass
+class RecoveryReport:
+    declared_dead: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+
+
+def what_ran(calls: list[ToolCall]) -> JsonValue:
+    """The record an interrupted execution keeps: every call made and the calls in doubt."""
+    return {
+        "calls": [
+            {"seq": c.seq, "tool": c.tool, "status": c.status}
+            for c in sorted(calls, key=lambda c: c.seq)
+        ],
+        "in_doubt": [{"seq": c.seq, "tool": c.tool} for c in calls if c.status == C.IN_DOUBT],
+    }
+
+
+class Recovery:
+    def __init__(self, engine: Engine, lease: InstanceLease) -> None:
+        self.engine, self.lease = engine, lease
+
+    def orphaned(self) -> list[Execution]:
+        """Running executions whose owner holds no lease (read through the live index)."""
+        live = self.lease.live_ids()
+        with self.engine.store.session() as s:
+            rows = list(s.exec(select(Execution).where(Execution.status == E.RUNNING)))
+        return [r for r in rows if r.owner not in live]
+
+    def run(self) -> RecoveryReport:
+        report = RecoveryReport(declared_dead=self.lease.declare_dead_instances())
+        for row in self.orphaned():
+            try:
+                outcome = self.recover_execution(row)
+            except (Conflict, GuardRefused):
+                continue  # another instance recovered it first
+            if outcome == E.PENDING:
+                report.requeued.append(row.id)
+            elif outcome == E.INTERRUPTED:
+                report.interrupted.append(row.id)
+        if report.requeued or report.interrupted:
+            log.info(
+                "recovered executions: requeued=%s interrupted=%s",
+                report.requeued,
+                report.interrupted,
+            )
+        return report
+
+    def _calls(self, execution_id: str) -> list[ToolCall]:
+        with self.engine.store.session() as s:
+            return list(
+                s.exec(
+                    select(ToolCall)
+                    .where(ToolCall.execution_id == execution_id)
+                    .order_by(col(ToolCall.seq))
+                )
+            )
+
+    def recover_execution(self, row: Execution) -> E:
+        write = self.engine.write
+        calls = self._calls(row.id)
+        latest = calls[-1] if calls else None
+        if latest is not None and latest.status == C.DISPATCHED:
+            retry = latest.idempotent and not self.engine.settings.conservative_recovery
+            if not retry:
+                call = record_of(latest)
+                write.apply(Step(call, "mark_in_doubt"))
+                latest.status = call.status
+        in_doubt = any(c.status == C.IN_DOUBT for c in calls)
+        execution = record_of(row)
+        try:
+            write.apply(Step(execution, "requeue", {"unsafe_in_doubt": in_doubt}))
+            return E.PENDING
+        except GuardRefused:
+            pass  # going on is not safe: interrupt instead
+        write.apply(
+            Step(
+                execution,
+                "interrupt",
+                {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)},
+            )
+        )
+        if latest is not None and latest.status in (C.REQUESTED, C.APPROVED):
+            write.apply(Step(record_of(latest), "withdraw_on_crash", {"execution_ended": True}))
+        return E.INTERRUPTED

@@ -1,0 +1,187 @@
+"""Assembling a running Lockgate process: database, sandbox, tools, engine, lease, recovery.
+
+`Runtime.start()` is what every process does on boot: open (and, for the embedded SQLite
+default, migrate) the database, register a new incarnation, recover dead instances' work,
+and start the maintenance loop (heartbeat, recovery, expiry sweep, pending work).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine as SqlEngine
+
+from machine.db.connect import open_engine
+from machine.db.migrate import current_revision, head_revision, upgrade
+from machine.db.store import SqlStore
+from machine.engine import Engine
+from machine.faults import Faults
+from machine.instances import InstanceLease
+from machine.policy import Policy
+from machine.recovery import Recovery, RecoveryReport
+from machine.sandbox import Sandbox, SandboxLimits
+from machine.secrets import EnvironmentSecrets, SecretStore
+from machine.settings import Settings
+from machine.tools.notes import NotesSource
+from machine.tools.registry import ToolRegistry, ToolSource
+
+log = logging.getLogger("lockgate.runtime")
+
+
+class DatabaseNotMigrated(RuntimeError):
+    def __init__(self, current: str | None, head: str | None) -> None:
+        super().__init__(
+            f"The database schema is at revision {current or 'none'} but this version needs "
+            f"{head}. Run `lockgate db upgrade` (PostgreSQL is never migrated automatically)."
+        )
+
+
+def prepare_database(settings: Settings) -> SqlEngine:
+    """Open the database; migrate the embedded SQLite default, refuse a stale PostgreSQL."""
+    engine = open_engine(settings.database_url)
+    if settings.is_sqlite:
+        upgrade(engine)
+    else:
+        current, head = current_revision(engine), head_revision(engine)
+        if current != head:
+            raise DatabaseNotMigrated(current, head)
+    return engine
+
+
+def default_instance_name(settings: Settings) -> str:
+    return settings.instance_name or f"{socket.gethostname()}:{settings.database_url}"[:200]
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: Engine
+    lease: InstanceLease
+    recovery: Recovery
+    sandbox: Sandbox
+    sources: list[ToolSource]
+    boot_report: RecoveryReport | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    #: Set when this incarnation learned it was declared dead: it must stop working.
+    fenced: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def create(
+        cls,
+        settings: Settings | None = None,
+        *,
+        sources: list[ToolSource] | None = None,
+        secrets: SecretStore | None = None,
+        faults: Faults | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> Runtime:
+        settings = settings or Settings()
+        store = SqlStore(prepare_database(settings))
+        registry = ToolRegistry()
+        chosen: list[ToolSource] = (
+            sources if sources is not None else [NotesSource(settings.notes_dir)]
+        )
+        for source in chosen:
+            registry.register(source)
+        sandbox = Sandbox(
+            registry.namespace(),
+            SandboxLimits(
+                max_duration_secs=settings.max_duration_secs,
+                max_memory_bytes=settings.max_memory_bytes,
+                max_recursion_depth=settings.max_recursion_depth,
+                max_calls=settings.max_calls,
+            ),
+        )
+        faults = faults or Faults.from_environment()
+        placeholder = Engine(
+            store=store,
+            sandbox=sandbox,
+            registry=registry,
+            policy=Policy.from_text(settings.policy),
+            secrets=secrets or EnvironmentSecrets(),
+            settings=settings,
+            owner="",
+            faults=faults,
+            clock=clock,
+        )
+        lease = InstanceLease(
+            store,
+            placeholder.write,
+            name=default_instance_name(settings),
+            ttl=settings.lease_ttl,
+            clock=clock,
+        )
+        lease.register()
+        placeholder.owner = lease.id
+        return cls(
+            settings=settings,
+            engine=placeholder,
+            lease=lease,
+            recovery=Recovery(placeholder, lease),
+            sandbox=sandbox,
+            sources=chosen,
+        )
+
+    def maintain(self) -> RecoveryReport:
+        """One maintenance round: renew the lease, recover dead instances' work, sweep
+        expired approvals. Never runs agent code, so the heartbeat is never late."""
+        if not self.lease.heartbeat():
+            self.fenced.set()
+            log.error("this instance was declared dead by another; it stops working")
+            return RecoveryReport()
+        report = self.recovery.run()
+        self.engine.expire_due()
+        return report
+
+    def start(self, *, background: bool = True) -> RecoveryReport:
+        """Boot: recover, then (in the background) keep maintaining and running pending work.
+        Without `background`, pending work is run once, here."""
+        self.boot_report = self.maintain()
+        if background:
+            self._threads = [
+                threading.Thread(target=self._maintenance, name="lockgate-lease", daemon=True),
+                threading.Thread(target=self._worker, name="lockgate-worker", daemon=True),
+            ]
+            for thread in self._threads:
+                thread.start()
+        else:
+            self.engine.run_pending()
+        return self.boot_report
+
+    def _maintenance(self) -> None:
+        interval = self.settings.heartbeat_interval.total_seconds()
+        while not self._stop.wait(interval) and not self.fenced.is_set():
+            try:
+                self.maintain()
+            except Exception:
+                log.exception("maintenance round failed; retrying next round")
+
+    def _worker(self) -> None:
+        """Run pending executions (new ones and those recovery requeued)."""
+        interval = min(1.0, self.settings.heartbeat_interval.total_seconds())
+        while not self._stop.is_set() and not self.fenced.is_set():
+            try:
+                ran = self.engine.run_pending()
+            except Exception:
+                log.exception("running pending executions failed; retrying")
+                ran = 0
+            if not ran:
+                self._stop.wait(interval)
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if not self.fenced.is_set():
+            try:
+                self.lease.drain()
+                self.lease.stop()
+            except Exception:
+                log.exception("could not record a clean stop")
+        self.sandbox.close()

@@ -1,0 +1,95 @@
+"""Configuration, from environment variables (prefix `LOCKGATE_`) and an optional file.
+
+`DATABASE_URL` is read without the prefix, as hosting platforms set it. Every field has a
+description; the README's reference table is generated from this model.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKGATE_",
+        env_file=None,
+        extra="ignore",
+        frozen=True,
+    )
+
+    database_url: str = Field(
+        default="sqlite:///./lockgate.db",
+        validation_alias=AliasChoices("DATABASE_URL", "LOCKGATE_DATABASE_URL"),
+        description="Where state lives: a SQLite file (default ./lockgate.db) or "
+        "postgresql://user:pass@host/db for several instances.",
+    )
+    instance_name: str = Field(
+        default="",
+        description="A stable name for this instance; a restart under the same name recovers "
+        "its previous incarnation's work at once instead of waiting for its lease. Default: "
+        "host name and database.",
+    )
+    approval_ttl: timedelta = Field(
+        default=timedelta(hours=24),
+        description="How long a paused execution waits for a decision before it expires.",
+    )
+    checkpoint_every_call: bool = Field(
+        default=True,
+        description="Store a sandbox snapshot at every tool call, so a crash goes on from the "
+        "last call instead of failing the execution.",
+    )
+    conservative_recovery: bool = Field(
+        default=False,
+        description="After a crash, end every interrupted execution as interrupted and never "
+        "call a tool again, even a read-only one.",
+    )
+    lease_ttl: timedelta = Field(
+        default=timedelta(seconds=15),
+        description="How long an instance's lease lasts without a heartbeat before another "
+        "instance may recover its work.",
+    )
+    heartbeat_interval: timedelta = Field(
+        default=timedelta(seconds=5),
+        description="How often an instance renews its lease and looks for dead instances.",
+    )
+    sweep_interval: timedelta = Field(
+        default=timedelta(seconds=30),
+        description="How often expired approvals are swept (they also expire on access).",
+    )
+    max_code_chars: int = Field(default=100_000, description="Largest accepted code.")
+    max_result_bytes: int = Field(
+        default=64 * 1024, description="Results and tool outputs larger than this are truncated."
+    )
+    max_log_chars: int = Field(default=64 * 1024, description="Logs longer than this are cut.")
+    max_duration_secs: float = Field(
+        default=30.0, description="CPU time agent code may run between tool calls."
+    )
+    max_memory_bytes: int = Field(
+        default=256 * 1024 * 1024, description="Memory agent code may use."
+    )
+    max_recursion_depth: int = Field(default=200, description="Deepest call stack allowed.")
+    max_calls: int = Field(default=1000, description="Tool calls one execution may make.")
+    policy: str = Field(
+        default="",
+        description="Approval rules, most restrictive wins: e.g. "
+        "'notes.*=approve,notes.delete=block'. Tools keep their default when no rule matches.",
+    )
+    notes_dir: Path | None = Field(
+        default=None,
+        description="Where the built-in notes tool source keeps its data (in memory if unset).",
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if not url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:")):
+            raise ValueError("DATABASE_URL must be a sqlite:/// or postgresql:// URL")
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite:")

@@ -1,0 +1,31 @@
+"""Tools agent code calls as `tools.<source>.<name>(...)`: the registry and built-in sources."""
+
+from machine.tools.notes import NotesSource
+from machine.tools.registry import (
+    NAMESPACE,
+    InvalidArguments,
+    InvalidToolSource,
+    Tool,
+    ToolContext,
+    ToolFailed,
+    ToolRegistry,
+    ToolSource,
+    ToolSpec,
+    UnknownTool,
+    make_idempotency_key,
+)
+
+__all__ = [
+    "NAMESPACE",
+    "InvalidArguments",
+    "InvalidToolSource",
+    "NotesSource",
+    "Tool",
+    "ToolContext",
+    "ToolFailed",
+    "ToolRegistry",
+    "ToolSource",
+    "ToolSpec",
+    "UnknownTool",
+    "make_idempotency_key",
+]

@@ -1,0 +1,85 @@
+"""What clients see of an execution: a read model built from its row and its journal."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, JsonValue
+
+from machine.db.schema import Execution, ToolCall
+from spec import ExecutionStatus, ToolCallStatus
+
+
+class PendingCall(BaseModel):
+    """The tool call a paused execution waits on."""
+
+    seq: int
+    tool: str
+    arguments_preview: JsonValue
+    deadline: datetime | None
+    message: str
+
+
+class CallSummary(BaseModel):
+    seq: int
+    tool: str
+    status: ToolCallStatus
+
+
+class ExecutionView(BaseModel):
+    id: str
+    status: ExecutionStatus
+    principal_id: str
+    session_id: str | None
+    result: JsonValue = None
+    error: JsonValue = None
+    logs: str = ""
+    pending: PendingCall | None = None
+    what_ran: JsonValue = None
+    calls: list[CallSummary] = []
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def terminal(self) -> bool:
+        return self.status not in (
+            ExecutionStatus.PENDING,
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.WAITING_FOR_INTERACTION,
+        )
+
+
+def approval_message(tool: str) -> str:
+    return f"Approve the call to tools.{tool}? Review the arguments before you accept."
+
+
+def build_view(row: Execution, calls: list[ToolCall]) -> ExecutionView:
+    outcome = row.outcome if isinstance(row.outcome, dict) else {}
+    pending: PendingCall | None = None
+    if row.status == ExecutionStatus.WAITING_FOR_INTERACTION:
+        call = next((c for c in calls if c.seq == row.snapshot_call), None)
+        if call is not None:
+            pending = PendingCall(
+                seq=call.seq,
+                tool=call.tool,
+                arguments_preview=call.arguments_preview,
+                deadline=row.deadline,
+                message=approval_message(call.tool),
+            )
+    return ExecutionView(
+        id=row.id,
+        status=ExecutionStatus(row.status),
+        principal_id=row.principal_id,
+        session_id=row.session_id,
+        result=outcome.get("result"),
+        error=outcome.get("error"),
+        logs=row.logs,
+        pending=pending,
+        what_ran=row.what_ran,
+        calls=[
+            CallSummary(seq=c.seq, tool=c.tool, status=ToolCallStatus(c.status))
+            for c in sorted(calls, key=lambda c: c.seq)
+        ],
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -1,0 +1,90 @@
+"""Shared fixtures: real databases (a SQLite file, a real PostgreSQL server) and runtimes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.postgres import PostgresServer, find_bin_dir
+
+CANARY = "canary-7f3a9c1e-secret-token"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL server binaries are missing; .ci/run installs postgresql")
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+    server = PostgresServer(bin_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: PostgresServer) -> str:
+    from machine.db.connect import open_engine
+    from machine.db.migrate import upgrade
+
+    name = postgres_server.create_database()
+    engine = open_engine(postgres_server.url(name))
+    upgrade(engine)
+    engine.dispose()
+    return name
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, migrated database of each kind; a test using it runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'lockgate.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    template: str = request.getfixturevalue("postgres_template")
+    return server.url(server.create_database(template=template))
+
+
+@pytest.fixture
+def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Build runtimes on the test's database (several = several instances or restarts)."""
+    from machine.runtime import Runtime
+    from machine.secrets import StaticSecrets
+    from machine.settings import Settings
+    from machine.tools.notes import NotesSource
+
+    made: list[Runtime] = []
+
+    def build(**overrides: Any) -> Runtime:
+        faults = overrides.pop("faults", None)
+        clock = overrides.pop("clock", None)
+        sources = overrides.pop("sources", None)
+        settings = Settings(
+            database_url=database_url,
+            notes_dir=tmp_path / "notes",
+            max_duration_secs=5,
+            **overrides,
+        )
+        extra: dict[str, Any] = {}
+        if clock is not None:
+            extra["clock"] = clock
+        runtime = Runtime.create(
+            settings,
+            sources=sources if sources is not None else [NotesSource(tmp_path / "notes")],
+            secrets=StaticSecrets({"notes_token": CANARY}),
+            faults=faults,
+            **extra,
+        )
+        made.append(runtime)
+        return runtime
+
+    yield build
+    for runtime in made:
+        runtime.sandbox.close()
+        runtime.engine.store.engine.dispose()

@@ -1,0 +1,459 @@
+"""The sandbox: steps, tool calls that suspend, limits, sealed snapshots across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from machine.errors import ErrorCode
+from machine.sandbox import (
+    MONTY_VERSION,
+    Failed,
+    FailureReason,
+    Finished,
+    Raised,
+    Returned,
+    RuntimeMismatch,
+    Sandbox,
+    SandboxLimits,
+    SnapshotCorrupt,
+    Step,
+    Suspended,
+    ToolOutcome,
+    ToolRequest,
+    seal,
+    sealed_version,
+    unseal,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = {"notes": ["read", "write"], "mail": ["send"]}
+FAST = SandboxLimits(max_duration_secs=5, worker_timeout_secs=30)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox(NAMESPACE, FAST, max_processes=2) as sb:
+        yield sb
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., Sandbox]]:
+    """A Sandbox with its own limits, closed after the test."""
+    made: list[Sandbox] = []
+
+    def factory(namespace: dict[str, list[str]] | None = None, **limits: object) -> Sandbox:
+        sb = Sandbox(namespace or NAMESPACE, SandboxLimits(**limits), max_processes=1)  # type: ignore[arg-type]
+        made.append(sb)
+        return sb
+
+    yield factory
+    for sb in made:
+        sb.close()
+
+
+def suspended(step: Step) -> Suspended:
+    assert isinstance(step, Suspended), step
+    return step
+
+
+def failed(step: Step, reason: FailureReason) -> Failed:
+    assert isinstance(step, Failed), step
+    assert step.reason is reason, step
+    return step
+
+
+def run(
+    sb: Sandbox, code: str, answer: Callable[[ToolRequest], ToolOutcome]
+) -> tuple[Step, list[ToolRequest]]:
+    """Drive `code` to its end, answering every tool call with `answer`."""
+    step, requests = sb.start(code), []
+    while isinstance(step, Suspended):
+        requests.append(step.request)
+        step = sb.resume(step.snapshot, answer(step.request))
+    return step, requests
+
+
+# --- running code -----------------------------------------------------------------------------
+
+
+def test_runs_to_completion_with_output_and_logs(sandbox: Sandbox) -> None:
+    step = sandbox.start('print("hello")\nx = [i * i for i in range(4)]\n{"squares": x}')
+    assert step == Finished(output={"squares": [0, 1, 4, 9]}, logs="hello\n")
+
+
+def test_a_statement_at_the_end_gives_none(sandbox: Sandbox) -> None:
+    assert sandbox.start("x = 1") == Finished(output=None, logs="")
+
+
+def test_output_is_converted_to_json(sandbox: Sandbox) -> None:
+    step = sandbox.start('{"t": (1, 2), "s": {3, 1}, 4: b"hi", "nan": float("nan")}')
+    assert step == Finished(
+        output={"t": [1, 2], "s": [1, 3], "4": {"$bytes_base64": "aGk="}, "nan": "nan"}, logs=""
+    )
+
+
+def test_tool_call_suspends_with_name_and_arguments(sandbox: Sandbox) -> None:
+    step = suspended(sandbox.start('print("before")\ntools.notes.write("k", text="v", n=[1])'))
+    assert step.request == ToolRequest(
+        name="notes.write", args=("k",), kwargs={"text": "v", "n": [1]}
+    )
+    assert step.logs == "before\n"
+    assert sealed_version(step.snapshot) == MONTY_VERSION
+    assert "snapshot" not in repr(step)  # the live heap never lands in a log line
+
+
+def test_resume_returns_the_value_to_the_code(sandbox: Sandbox) -> None:
+    code = 'n = tools.notes.read(key="a")\nprint("got", n)\nn["count"] + 1'
+    step = suspended(sandbox.start(code))
+    done = sandbox.resume(step.snapshot, Returned({"count": 41}))
+    assert done == Finished(output=42, logs="got {'count': 41}\n")
+
+
+def test_raised_can_be_caught_by_the_code(sandbox: Sandbox) -> None:
+    code = textwrap.dedent("""
+        try:
+            tools.mail.send(to="bob")
+        except PermissionError as e:
+            print("refused:", e)
+        try:
+            tools.mail.send(to="eve")
+        except Exception as e:
+            print(type(e).__name__, e)
+        "went on"
+    """)
+    step = suspended(sandbox.start(code))
+    step = suspended(sandbox.resume(step.snapshot, Raised("PermissionError", "denied by Ann")))
+    assert step.logs == "refused: denied by Ann\n"
+    done = sandbox.resume(step.snapshot, Raised("RuntimeError", "E_TOOL: mailbox full"))
+    assert done == Finished(output="went on", logs="RuntimeError E_TOOL: mailbox full\n")
+
+
+def test_uncaught_raised_fails_naming_the_error(sandbox: Sandbox) -> None:
+    step = suspended(sandbox.start("x = 1\ntools.mail.send(to='bob')\nx"))
+    done = failed(
+        sandbox.resume(step.snapshot, Raised("ValueError", "bad address")),
+        FailureReason.RUNTIME_ERROR,
+    )
+    assert done.message == "ValueError: bad address (line 2)"
+
+
+def test_raised_accepts_only_catchable_builtin_exceptions() -> None:
+    for name in ("MyToolError", "KeyboardInterrupt", "SystemExit", "BaseException", "os.error"):
+        with pytest.raises(ValueError, match="not an exception the sandbox can raise"):
+            Raised(name, "x")
+    assert Raised("json.JSONDecodeError", "x").exc_type == "json.JSONDecodeError"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from tools import notes\nnotes.read(key=1)",
+        "import tools\ntools.notes.read(key=1)",
+        "from tools.notes import read\nread(key=1)",
+        "import tools.notes as n\nn.read(key=1)",
+        "f = tools.notes.read\nf(key=1)",
+        "def get():\n    return tools.notes.read(key=1)\nget()",
+    ],
+)
+def test_every_import_form_reaches_the_tool(sandbox: Sandbox, code: str) -> None:
+    step = suspended(sandbox.start(code))
+    assert step.request == ToolRequest("notes.read", (), {"key": 1})
+    assert sandbox.resume(step.snapshot, Returned("ok")) == Finished("ok", "")
+
+
+def test_a_tool_loop_makes_one_step_per_call(sandbox: Sandbox) -> None:
+    code = "[tools.notes.read(key=k) for k in ['a', 'b', 'c']]"
+    step, requests = run(sandbox, code, lambda r: Returned(str(r.kwargs["key"]).upper()))
+    assert step == Finished(["A", "B", "C"], "")
+    assert [r.kwargs["key"] for r in requests] == ["a", "b", "c"]
+
+
+def test_unknown_tool_is_a_catchable_attribute_error(sandbox: Sandbox) -> None:
+    code = textwrap.dedent("""
+        try:
+            tools.notes.delete(key="a")
+        except AttributeError as e:
+            print("no:", e)
+        tools.nosuch.thing()
+    """)
+    step = failed(sandbox.start(code), FailureReason.RUNTIME_ERROR)
+    assert step.logs == "no: module 'tools.notes' has no attribute 'delete'\n"
+    assert step.message == "AttributeError: module 'tools' has no attribute 'nosuch' (line 6)"
+
+
+def test_undefined_names_are_name_errors(sandbox: Sandbox) -> None:
+    code = textwrap.dedent("""
+        try:
+            helper(1)
+        except NameError as e:
+            print(e)
+        missing + 1
+    """)
+    step = failed(sandbox.start(code), FailureReason.RUNTIME_ERROR)
+    assert step.logs == "name 'helper' is not defined\n"
+    assert step.message == "NameError: name 'missing' is not defined (line 6)"
+
+
+def test_files_network_and_environment_are_refused(sandbox: Sandbox) -> None:
+    code = textwrap.dedent("""
+        import os
+        from pathlib import Path
+        for attempt in (lambda: open("/etc/passwd").read(), lambda: Path("/tmp").exists(),
+                        lambda: os.getenv("HOME")):
+            try:
+                attempt()
+            except PermissionError as e:
+                print(e)
+    """)
+    step = sandbox.start(code)
+    assert isinstance(step, Finished), step
+    assert step.logs.count("not available in the sandbox") == 3
+
+
+def test_sleep_returns_at_once_and_stdlib_imports_work(sandbox: Sandbox) -> None:
+    code = "import time, json, math\ntime.sleep(60)\njson.dumps({'pi': round(math.pi, 2)})"
+    assert sandbox.start(code) == Finished('{"pi": 3.14}', "")
+
+
+def test_unknown_module_is_module_not_found(sandbox: Sandbox) -> None:
+    step = failed(sandbox.start("import requests"), FailureReason.RUNTIME_ERROR)
+    assert step.message == "ModuleNotFoundError: No module named 'requests' (line 1)"
+
+
+def test_stderr_is_in_the_logs(sandbox: Sandbox) -> None:
+    step = sandbox.start('import sys\nprint("out")\nprint("err", file=sys.stderr)')
+    assert step == Finished(None, "out\nerr\n")
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+def test_syntax_error(sandbox: Sandbox) -> None:
+    step = failed(sandbox.start("x = 1\ndef f(:\n    pass"), FailureReason.SYNTAX_ERROR)
+    assert step.message.startswith("SyntaxError: ")
+    assert step.message.endswith("(line 2)")
+
+
+@pytest.mark.parametrize(
+    ("code", "feature"),
+    [
+        ("class A(Exception):\n    pass", "class inheritance"),
+        ("def g():\n    yield 1", "yield"),
+        ("x = 1\ndel x", "'del' statement"),
+    ],
+)
+def test_unsupported_syntax(sandbox: Sandbox, code: str, feature: str) -> None:
+    step = failed(sandbox.start(code), FailureReason.UNSUPPORTED)
+    assert feature in step.message
+    assert "not supported in the sandbox" in step.message
+
+
+def test_a_code_raised_not_implemented_error_is_a_runtime_error(sandbox: Sandbox) -> None:
+    step = failed(sandbox.start("raise NotImplementedError('todo')"), FailureReason.RUNTIME_ERROR)
+    assert step.message == "NotImplementedError: todo (line 1)"
+
+
+def test_awaiting_a_tool_stops_before_the_tool_runs(sandbox: Sandbox) -> None:
+    step = failed(sandbox.start("await tools.notes.read()"), FailureReason.UNSUPPORTED)
+    assert "without `await`" in step.message
+    # A plain call inside async code is fine.
+    code = "async def main():\n    return tools.notes.read()\nawait main()"
+    step2 = suspended(sandbox.start(code))
+    assert sandbox.resume(step2.snapshot, Returned(1)) == Finished(1, "")
+
+
+def test_time_limit(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_duration_secs=0.5)
+    step = failed(sb.start('print("spinning")\nwhile True:\n    pass'), FailureReason.TIME_LIMIT)
+    assert step.message.startswith("the code ran longer than its 0.5 s limit")
+    assert step.logs == "spinning\n"
+
+
+def test_time_limit_counts_the_whole_execution(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_duration_secs=0.5)
+    code = textwrap.dedent("""
+        for i in range(100):
+            t = 0
+            for j in range(100_000):
+                t += j
+            tools.notes.write(i=i)
+    """)
+    step, requests = run(sb, code, lambda r: Returned(None))
+    failed(step, FailureReason.TIME_LIMIT)
+    assert 1 < len(requests) < 100
+
+
+def test_recursion_limit(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_recursion_depth=50)
+    step = failed(sb.start("def f(n):\n    return f(n + 1)\nf(0)"), FailureReason.RECURSION_LIMIT)
+    assert "50" in step.message
+
+
+def test_memory_limit(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_memory_bytes=10_000_000)
+    step = failed(sb.start("x = [0] * 50_000_000"), FailureReason.MEMORY_LIMIT)
+    assert "memory" in step.message
+
+
+def test_call_limit_across_steps(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_calls=3)
+    step, requests = run(
+        sb, "for i in range(10):\n    tools.notes.write(i=i)", lambda r: Returned(None)
+    )
+    assert len(requests) == 3
+    assert failed(step, FailureReason.CALL_LIMIT).message.startswith(
+        "the code made more than 3 tool calls"
+    )
+
+
+def test_call_limit_within_a_step(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_calls=3)
+    code = "for i in range(10):\n    try:\n        nothing()\n    except NameError:\n        pass"
+    failed(sb.start(code), FailureReason.CALL_LIMIT)
+
+
+def test_crashed_worker_fails_the_step_and_the_sandbox_goes_on(
+    make: Callable[..., Sandbox],
+) -> None:
+    sb = make(max_duration_secs=30, worker_timeout_secs=0.5)
+    step = failed(sb.start("while True:\n    pass"), FailureReason.SANDBOX_CRASHED)
+    assert "stopped responding" in step.message
+    assert sb.start("1 + 1") == Finished(2, "")
+
+
+def test_output_and_logs_are_capped(make: Callable[..., Sandbox]) -> None:
+    sb = make(max_output_bytes=300, max_log_chars=20)
+    step = sb.start('for i in range(10):\n    print("line", i)\n"x" * 10_000')
+    assert isinstance(step, Finished), step
+    assert isinstance(step.output, dict)
+    assert step.output["truncated"] is True
+    assert step.output["original_bytes"] == 10_002
+    assert step.logs == "line 0\nline 1\nline 2\n… [truncated: 50 more characters]"
+
+
+# --- sealed snapshots -------------------------------------------------------------------------
+
+
+def test_resume_in_another_process(tmp_path: Path, sandbox: Sandbox) -> None:
+    # The other process makes two steps, so the snapshot holds a tool result in a variable.
+    script = textwrap.dedent("""
+        import sys
+        from machine.sandbox import Returned, Sandbox, Suspended
+        code = (
+            'secret = tools.notes.read(key="k")\\n'
+            'print("read", secret)\\n'
+            'done = tools.notes.write(key="k2", text=secret.upper())\\n'
+            '{"done": done, "text": secret.upper()}'
+        )
+        with Sandbox({"notes": ["read", "write"]}) as sb:
+            step = sb.start(code)
+            assert isinstance(step, Suspended), step
+            step = sb.resume(step.snapshot, Returned("abc"))
+            assert isinstance(step, Suspended), step
+            assert step.logs == "read abc\\n", step.logs
+            open(sys.argv[1], "wb").write(step.snapshot)
+    """)
+    path = tmp_path / "sealed.bin"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(
+        [sys.executable, "-c", script, str(path)], check=True, env=env, cwd=tmp_path, timeout=120
+    )
+    sealed = path.read_bytes()
+    assert unseal(sealed)[1] == 2  # tool calls so far travel with the snapshot
+    step = sandbox.resume(sealed, Returned(True))
+    assert step == Finished({"done": True, "text": "ABC"}, "")
+
+
+def test_a_snapshot_can_be_resumed_again(sandbox: Sandbox) -> None:
+    # The engine, not the sandbox, decides a call is answered once: the bytes replay.
+    step = suspended(sandbox.start("x = tools.notes.read()\nx * 2"))
+    assert sandbox.resume(step.snapshot, Returned(2)) == Finished(4, "")
+    assert sandbox.resume(step.snapshot, Returned(5)) == Finished(10, "")
+
+
+def test_version_mismatch(sandbox: Sandbox) -> None:
+    step = suspended(sandbox.start("tools.notes.read()"))
+    dump, calls = unseal(step.snapshot)
+    forged = seal(dump, calls, version="0.9.9")
+    assert sealed_version(forged) == "0.9.9"
+    with pytest.raises(RuntimeMismatch) as info:
+        sandbox.resume(forged, Returned(None))
+    err = info.value
+    assert err.code is ErrorCode.RUNTIME_MISMATCH
+    assert "0.9.9" in err.message and MONTY_VERSION in err.message
+    assert "cannot be resumed by this server version" in err.message
+    assert err.hint is not None and "Re-execute" in err.hint
+
+
+def test_corrupt_snapshots(sandbox: Sandbox) -> None:
+    sealed = suspended(sandbox.start("tools.notes.read()")).snapshot
+    flipped = bytearray(sealed)
+    flipped[-10] ^= 0x01
+    bad_digest = bytearray(sealed)
+    bad_digest[len(b"LGSNAP\x00\x01") + 1 + len(MONTY_VERSION)] ^= 0xFF
+    cases = {
+        "flipped payload bit": bytes(flipped),
+        "flipped digest": bytes(bad_digest),
+        "truncated": sealed[:-1],
+        "header only": sealed[:20],
+        "raw monty dump": unseal(sealed)[0],
+        "empty": b"",
+    }
+    for name, blob in cases.items():
+        with pytest.raises(SnapshotCorrupt) as info:
+            sandbox.resume(blob, Returned(None))
+        assert info.value.code is ErrorCode.SNAPSHOT_CORRUPT, name
+    with pytest.raises(SnapshotCorrupt):
+        sealed_version(b"not a snapshot")
+    # A well-sealed dump that Monty refuses is corrupt too, not a crash.
+    with pytest.raises(SnapshotCorrupt, match="could not load"):
+        sandbox.resume(seal(b"MONTY\x00garbage", 1), Returned(None))
+
+
+def test_a_tool_dropped_from_the_namespace_is_an_attribute_error(
+    sandbox: Sandbox, make: Callable[..., Sandbox]
+) -> None:
+    step = suspended(sandbox.start("tools.notes.read()\ntools.notes.write()"))
+    narrower = make({"notes": ["read"]})
+    done = failed(narrower.resume(step.snapshot, Returned(None)), FailureReason.RUNTIME_ERROR)
+    assert done.message == "AttributeError: module 'tools.notes' has no attribute 'write' (line 2)"
+
+
+# --- the Sandbox object -----------------------------------------------------------------------
+
+
+def test_steps_run_concurrently_from_threads(sandbox: Sandbox) -> None:
+    results: dict[int, Step] = {}
+
+    def job(n: int) -> None:
+        code = f"a = tools.notes.read(n={n})\nb = tools.notes.read(n={n})\na + b"
+        results[n] = run(sandbox, code, lambda r: Returned(r.kwargs["n"]))[0]
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {n: Finished(2 * n, "") for n in range(6)}
+
+
+def test_namespace_names_are_checked() -> None:
+    for bad in ({"no-dash": ["x"]}, {"notes": ["class"]}, {"notes": ["_hidden"]}):
+        with pytest.raises(ValueError, match="cannot be a tool source or tool name"):
+            Sandbox(bad)
+
+
+def test_closed_sandbox_refuses_steps() -> None:
+    sb = Sandbox(NAMESPACE, FAST, max_processes=1)
+    sb.close()
+    sb.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        sb.start("1")

@@ -1,0 +1,490 @@
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import JsonValue, ValidationError
+
+from machine.errors import ErrorCode
+from machine.policy import PolicyDecision
+from machine.tools import (
+    InvalidArguments,
+    InvalidToolSource,
+    NotesSource,
+    Tool,
+    ToolContext,
+    ToolFailed,
+    ToolRegistry,
+    ToolSource,
+    ToolSpec,
+    UnknownTool,
+    make_idempotency_key,
+)
+
+SEARCH_SCHEMA: dict[str, JsonValue] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"},
+        "limit": {"type": "integer", "default": 10},
+        "ratio": {"type": "number"},
+        "exact": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "filter": {
+            "type": "object",
+            "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+            "additionalProperties": False,
+        },
+        "order": {"type": "string", "enum": ["asc", "desc"]},
+        "cursor": {"type": ["string", "null"]},
+        "extra": {},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class EchoTool:
+    spec: ToolSpec
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        if arguments.get("query") == "fail":
+            raise ToolFailed("asked to fail")
+        return {"arguments": arguments, "key": context.idempotency_key}
+
+
+@dataclass(frozen=True)
+class DocsSource:
+    """A minimal third-party source: what OpenAPI or MCP sources will look like."""
+
+    name: str = "docs"
+
+    def tools(self) -> Sequence[Tool]:
+        return [
+            EchoTool(
+                ToolSpec(
+                    source=self.name,
+                    name="search",
+                    description="Search the Documentation by keyword.",
+                    parameters=SEARCH_SCHEMA,
+                    returns="list[dict]",
+                    idempotent=True,
+                    default_policy=PolicyDecision.APPROVE,
+                )
+            ),
+            EchoTool(ToolSpec(source=self.name, name="purge", description="Remove everything.")),
+        ]
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(NotesSource())
+    registry.register(DocsSource())
+    return registry
+
+
+def spec(**overrides: Any) -> ToolSpec:
+    fields: dict[str, Any] = {"source": "s", "name": "t", "description": "d"}
+    return ToolSpec(**(fields | overrides))
+
+
+# -- ToolSpec ------------------------------------------------------------------------------
+
+
+def test_spec_defaults_are_the_careful_ones() -> None:
+    plain = spec()
+    assert plain.full_name == "s.t"
+    assert plain.call_name == "tools.s.t"
+    assert plain.default_policy is PolicyDecision.REQUIRE_APPROVAL
+    assert plain.idempotent is False
+    assert plain.secrets == ()
+    assert plain.signature() == "tools.s.t() -> Any  # requires approval"
+    assert plain.usage() == "tools.s.t()"
+
+
+def test_signatures(registry: ToolRegistry) -> None:
+    write = registry.get("notes.write").spec
+    assert (
+        write.signature() == "tools.notes.write(key: str, text: str) -> dict  # requires approval"
+    )
+    assert (
+        write.signature(PolicyDecision.APPROVE) == "tools.notes.write(key: str, text: str) -> dict"
+    )
+    assert write.signature(PolicyDecision.BLOCK).endswith("# blocked by policy")
+    assert (
+        registry.get("notes.list").spec.signature()
+        == "tools.notes.list() -> list[str]  # read-only"
+    )
+    search = registry.get("docs.search").spec
+    assert search.signature() == (
+        "tools.docs.search(query: str, limit: int = 10, ratio: float = ..., exact: bool = ..., "
+        "tags: list[str] = ..., filter: dict[str, Any] = ..., order: str = ..., "
+        "cursor: str | None = ..., extra: Any = ...) -> list[dict]  # read-only"
+    )
+    assert write.usage() == "tools.notes.write(key=..., text=...)"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"source": "no-dash"}, "not a Python identifier"),
+        ({"name": "import"}, "not a Python identifier"),
+        ({"parameters": {"type": "array"}}, "must have type 'object'"),
+        ({"parameters": {"type": "object", "properties": {"a": {"type": "date"}}}}, "unsupported"),
+        ({"parameters": {"type": "object", "properties": {"a-b": {}}}}, "keyword argument"),
+        ({"parameters": {"type": "object", "properties": []}}, "'properties' must map"),
+        ({"parameters": {"type": "object", "required": "a"}}, "'required' must be a list"),
+        ({"parameters": {"type": "object", "additionalProperties": {}}}, "boolean"),
+        ({"parameters": {"type": "object", "properties": {"a": {"items": []}}}}, "'items'"),
+        ({"parameters": {"type": "object", "properties": {"a": {"enum": 1}}}}, "'enum'"),
+        ({"parameters": {"type": "object", "properties": {"a": {"type": []}}}}, "'type' must"),
+        ({"returns": "dict["}, "not a Python type expression"),
+    ],
+)
+def test_spec_refuses_what_cannot_be_served(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        spec(**overrides)
+
+
+def test_spec_is_frozen() -> None:
+    frozen = spec()
+    with pytest.raises(ValidationError):
+        frozen.name = "other"
+
+
+# -- registration and lookup ---------------------------------------------------------------
+
+
+def test_sources_satisfy_the_protocol() -> None:
+    sources: list[ToolSource] = [NotesSource(), DocsSource()]
+    assert [s.name for s in sources] == ["notes", "docs"]
+
+
+def test_duplicate_source_is_refused(registry: ToolRegistry) -> None:
+    with pytest.raises(InvalidToolSource, match="'notes' is already registered"):
+        registry.register(NotesSource())
+
+
+@pytest.mark.parametrize("name", ["tools", "not-valid", "class"])
+def test_unusable_source_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidToolSource, match="not usable"):
+        ToolRegistry().register(DocsSource(name=name))
+
+
+def test_tool_must_belong_to_its_source() -> None:
+    @dataclass(frozen=True)
+    class Liar:
+        name: str = "liar"
+
+        def tools(self) -> Sequence[Tool]:
+            return [EchoTool(spec(source="other"))]
+
+    with pytest.raises(InvalidToolSource, match="claims source 'other'"):
+        ToolRegistry().register(Liar())
+
+
+def test_duplicate_tool_names_are_refused() -> None:
+    @dataclass(frozen=True)
+    class Twice:
+        name: str = "s"
+
+        def tools(self) -> Sequence[Tool]:
+            return [EchoTool(spec()), EchoTool(spec())]
+
+    with pytest.raises(InvalidToolSource, match="two tools named 't'"):
+        ToolRegistry().register(Twice())
+
+
+def test_get_accepts_full_and_call_names(registry: ToolRegistry) -> None:
+    assert registry.get("notes.write").spec.full_name == "notes.write"
+    assert registry.get("tools.notes.write") is registry.get("notes.write")
+
+
+def test_unknown_tool_suggests_close_matches(registry: ToolRegistry) -> None:
+    with pytest.raises(UnknownTool) as caught:
+        registry.get("tools.notes.wirte")
+    error = caught.value
+    assert error.code is ErrorCode.UNKNOWN_TOOL
+    assert error.message == "there is no tool 'tools.notes.wirte'"
+    assert error.suggestions == ("tools.notes.write",)
+    assert error.hint is not None
+    assert "Did you mean tools.notes.write?" in error.hint
+    assert "tool-discovery" in error.hint
+
+
+def test_unknown_tool_in_a_known_source_lists_its_tools(registry: ToolRegistry) -> None:
+    with pytest.raises(UnknownTool) as caught:
+        registry.get("notes.frobnicate")
+    assert caught.value.suggestions == (
+        "tools.notes.delete",
+        "tools.notes.list",
+        "tools.notes.read",
+        "tools.notes.write",
+    )
+
+
+def test_unknown_source_suggests_close_full_names(registry: ToolRegistry) -> None:
+    with pytest.raises(UnknownTool) as caught:
+        registry.get("note.write")
+    assert caught.value.suggestions == ("tools.notes.write",)
+
+
+def test_unknown_tool_without_any_match() -> None:
+    registry = ToolRegistry(discovery_hint="Call search_tools first.")
+    with pytest.raises(UnknownTool) as caught:
+        registry.get("zzz")
+    assert caught.value.suggestions == ()
+    assert caught.value.hint == "Call search_tools first."
+
+
+# -- discovery -----------------------------------------------------------------------------
+
+
+def test_specs_are_sorted(registry: ToolRegistry) -> None:
+    assert [s.full_name for s in registry.specs()] == [
+        "docs.purge",
+        "docs.search",
+        "notes.delete",
+        "notes.list",
+        "notes.read",
+        "notes.write",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("", 6),
+        ("  ", 6),
+        ("NOTES", 4),
+        ("tools.notes.w", 1),
+        ("documentation", 1),  # in the description only
+        ("note key delete", 1),  # every word, anywhere
+        ("nothing-like-this", 0),
+    ],
+)
+def test_describe(registry: ToolRegistry, query: str, expected: int) -> None:
+    assert len(registry.describe(query)) == expected
+
+
+def test_namespace(registry: ToolRegistry) -> None:
+    assert registry.namespace() == {
+        "docs": ["purge", "search"],
+        "notes": ["delete", "list", "read", "write"],
+    }
+
+
+def test_module_stub(registry: ToolRegistry) -> None:
+    stub = registry.stubs("notes")
+    ast.parse(stub)
+    assert "def write(*, key: str, text: str) -> dict: ..." in stub
+    # `list` is a tool here, so annotations must reach the builtin explicitly.
+    assert "import builtins" in stub
+    assert "def list() -> builtins.list[str]: ..." in stub
+    assert "# requires approval" in stub
+
+
+def test_stub_with_optional_and_nested_parameters(registry: ToolRegistry) -> None:
+    stub = registry.stubs("docs")
+    ast.parse(stub)
+    assert "import builtins" not in stub
+    assert "def search(*, query: str, limit: int = ..., " in stub
+    assert "tags: list[str] = ..., filter: dict[str, Any] = ..." in stub
+    assert "def purge() -> Any: ..." in stub
+
+
+def test_package_stub_and_documentation(registry: ToolRegistry) -> None:
+    package = registry.package_stub()
+    ast.parse(package)
+    assert "from . import docs as docs\nfrom . import notes as notes" in package
+    text = registry.stubs()
+    assert text.index("tools/__init__.pyi") < text.index("tools/docs.pyi")
+    assert text.index("tools/docs.pyi") < text.index("tools/notes.pyi")
+
+
+def test_stub_of_unknown_source(registry: ToolRegistry) -> None:
+    with pytest.raises(UnknownTool):
+        registry.stubs("nope")
+
+
+@pytest.mark.slow
+def test_stubs_type_check_agent_code_in_monty(registry: ToolRegistry) -> None:
+    import pydantic_monty as monty
+
+    def noop(**kwargs: object) -> None:
+        return None
+
+    modules = {
+        "tools": monty.ExternalModule(
+            {
+                name: monty.ExternalModule(
+                    {tool: noop for tool in tools}, stubs=registry.stubs(name)
+                )
+                for name, tools in registry.namespace().items()
+            },
+            stubs=registry.package_stub(),
+        )
+    }
+
+    def first_tool_call(code: str) -> str:
+        """Run `code` up to its first tool call; the type check runs on the way there."""
+        with monty.Monty() as pool, pool.checkout(type_check=True, external_modules=modules) as s:
+            snapshot: Any = s.feed_start(code)
+            while not snapshot.function_name.startswith("tools."):
+                snapshot = snapshot.resume_auto()  # the import arrives as a host call too
+            return str(snapshot.function_name)
+
+    good = "import tools\nx: list[str] = tools.notes.list()\ntools.notes.write(key='a', text='b')"
+    assert first_tool_call(good) == "tools.notes.list"
+    for bad in ("tools.notes.write('a', 'b')", "tools.notes.write(key=1, text='b')"):
+        with pytest.raises(monty.MontyTypingError):
+            first_tool_call("import tools\n" + bad)
+
+
+# -- argument validation -------------------------------------------------------------------
+
+
+def invalid(registry: ToolRegistry, name: str, **kwargs: Any) -> InvalidArguments:
+    with pytest.raises(InvalidArguments) as caught:
+        registry.validate_arguments(name, kwargs, [])
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENTS
+    return caught.value
+
+
+def test_valid_arguments_pass_as_a_copy(registry: ToolRegistry) -> None:
+    kwargs: dict[str, JsonValue] = {"key": "a", "text": "b"}
+    checked = registry.validate_arguments("tools.notes.write", kwargs, [])
+    assert checked == kwargs and checked is not kwargs
+
+
+def test_missing_required_argument(registry: ToolRegistry) -> None:
+    error = invalid(registry, "notes.write", key="a")
+    assert error.message == "tools.notes.write: argument 'text' is required"
+    assert (
+        error.hint
+        == "Call it as tools.notes.write(key: str, text: str) -> dict, with keyword arguments."
+    )
+
+
+def test_wrong_type(registry: ToolRegistry) -> None:
+    error = invalid(registry, "notes.write", key=1, text="b")
+    assert error.message == "tools.notes.write: argument 'key' must be a string, got integer"
+
+
+def test_extra_argument(registry: ToolRegistry) -> None:
+    error = invalid(registry, "notes.write", key="a", text="b", colour="red")
+    assert error.problems == ("unexpected argument 'colour' (accepted: key, text)",)
+    error = invalid(registry, "notes.list", everything=True)
+    assert error.problems == ("unexpected argument 'everything' (accepted: none)",)
+
+
+def test_positional_arguments_are_refused(registry: ToolRegistry) -> None:
+    with pytest.raises(InvalidArguments) as caught:
+        registry.validate_arguments("notes.write", {}, ["a", "b"])
+    assert caught.value.message == (
+        "tools.notes.write: got 2 positional argument(s); call tools with keyword arguments: "
+        "tools.notes.write(key=..., text=...)"
+    )
+
+
+def test_every_problem_is_reported(registry: ToolRegistry) -> None:
+    error = invalid(registry, "notes.write", key=None, unknown=1)
+    assert error.problems == (
+        "argument 'text' is required",
+        "argument 'key' must be a string, got null",
+        "unexpected argument 'unknown' (accepted: key, text)",
+    )
+
+
+def test_unknown_tool_while_validating(registry: ToolRegistry) -> None:
+    with pytest.raises(UnknownTool):
+        registry.validate_arguments("notes.wipe", {}, [])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"limit": True}, "argument 'limit' must be an integer, got boolean"),
+        ({"limit": 1.5}, "argument 'limit' must be an integer, got number"),
+        ({"ratio": "x"}, "argument 'ratio' must be a number, got string"),
+        ({"ratio": float("nan")}, "argument 'ratio' must be a finite number"),
+        ({"exact": 1}, "argument 'exact' must be a boolean, got integer"),
+        ({"tags": "a"}, "argument 'tags' must be an array, got string"),
+        ({"tags": ["a", 2]}, "argument 'tags[1]' must be a string, got integer"),
+        ({"filter": []}, "argument 'filter' must be an object, got array"),
+        ({"filter": {"ids": [1, "2"]}}, "argument 'filter.ids[1]' must be an integer, got string"),
+        ({"filter": {"x": 1}}, "unexpected argument 'filter.x' (accepted: ids)"),
+        ({"filter": {1: 1}}, "argument 'filter' has a non-string key 1"),
+        ({"order": "up"}, "argument 'order' must be one of 'asc', 'desc'"),
+        ({"cursor": 3}, "argument 'cursor' must be a string or a null, got integer"),
+        ({"extra": {1, 2}}, "argument 'extra' is a set, which is not a JSON value"),
+        ({"extra": b"x"}, "argument 'extra' is a bytes, which is not a JSON value"),
+    ],
+)
+def test_type_checks(registry: ToolRegistry, kwargs: dict[str, Any], problem: str) -> None:
+    error = invalid(registry, "docs.search", query="q", **kwargs)
+    assert error.problems == (problem,)
+    assert error.message.startswith("tools.docs.search: ")
+
+
+def test_accepted_values_are_normalised_to_json(registry: ToolRegistry) -> None:
+    checked = registry.validate_arguments(
+        "docs.search",
+        {
+            "query": "q",
+            "limit": 3,
+            "ratio": 2,  # an integer is a number
+            "tags": ("a", "b"),  # type: ignore[dict-item]  # sandboxes may pass tuples
+            "filter": {"ids": [1]},
+            "order": "asc",
+            "cursor": None,
+            "extra": {"anything": [1, "x", None]},
+        },
+        [],
+    )
+    assert checked["tags"] == ["a", "b"]
+    assert checked["ratio"] == 2
+    assert checked["extra"] == {"anything": [1, "x", None]}
+
+
+def test_additional_properties_allowed_unless_false() -> None:
+    class Open:
+        name = "open"
+
+        def tools(self) -> Sequence[Tool]:
+            schema: dict[str, JsonValue] = {"type": "object", "properties": {"a": {}}}
+            return [EchoTool(spec(source="open", parameters=schema))]
+
+    registry = ToolRegistry()
+    registry.register(Open())
+    assert registry.validate_arguments("open.t", {"a": 1, "b": 2}, []) == {"a": 1, "b": 2}
+
+
+# -- context and calls ---------------------------------------------------------------------
+
+
+def test_context_hides_and_freezes_secrets() -> None:
+    source = {"notes_token": "very-secret-value"}
+    context = ToolContext(
+        idempotency_key=make_idempotency_key("ex1", 3), secrets=source, principal_id="alice"
+    )
+    assert context.idempotency_key == "ex1:3"
+    assert "very-secret-value" not in repr(context)
+    source["notes_token"] = "changed"
+    assert context.secrets["notes_token"] == "very-secret-value"
+    with pytest.raises(TypeError):
+        context.secrets["x"] = "y"  # type: ignore[index]
+
+
+def test_calling_a_registered_tool(registry: ToolRegistry) -> None:
+    context = ToolContext(idempotency_key="e:1", secrets={}, principal_id="p")
+    tool = registry.get("docs.search")
+    arguments = registry.validate_arguments("docs.search", {"query": "x"}, [])
+    assert tool.call(arguments, context) == {"arguments": {"query": "x"}, "key": "e:1"}
+    with pytest.raises(ToolFailed, match="asked to fail") as caught:
+        tool.call({"query": "fail"}, context)
+    assert caught.value.message == "asked to fail"
