@@ -39,7 +39,8 @@ Effect = Callable[[Facts], dict[str, object]]
 
 
 def _deadline_passed(f: Facts) -> bool:
-    deadline = f.record.get("deadline")
+    # A tool call awaits approval under its execution's deadline, which the caller brings.
+    deadline = f.given.get("deadline", f.record.get("deadline"))
     return isinstance(deadline, datetime) and f.now >= deadline
 
 

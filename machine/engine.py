@@ -26,7 +26,7 @@ from sqlmodel import col, select
 
 from machine.db.schema import Execution, ToolCall
 from machine.db.store import SqlStore
-from machine.errors import Conflict, GuardRefused
+from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
@@ -474,12 +474,13 @@ class Engine:
                     Step(
                         call,
                         "approve" if action is Action.ACCEPT else "decline",
-                        {"decision": decision},
+                        {"decision": decision, "deadline": row.deadline},
                     ),
                     Step(ex, "resume", {"owner": self.owner}),
                 )
-            except (Conflict, GuardRefused):
-                row = self._owned(execution_id, principal_id)  # lost the race: see who won
+            except (Conflict, GuardRefused, IllegalTransition):
+                # Lost the race (our read was stale by the time we wrote): see who won.
+                row = self._owned(execution_id, principal_id)
             else:
                 self._guarded(ex, lambda: (self._advance_call(ex, call, snapshot), call_row.seq))
                 return self.view(execution_id)
@@ -522,8 +523,9 @@ class Engine:
         call_row = self._call_row(f"{row.id}:{row.snapshot_call}")
         steps = [Step(record_of(row), "expire")]
         if call_row is not None and call_row.status == C.AWAITING_APPROVAL:
-            steps.insert(0, Step(record_of(call_row), "expire"))
-        with contextlib.suppress(Conflict, GuardRefused):  # someone else expired/resumed it
+            steps.insert(0, Step(record_of(call_row), "expire", {"deadline": row.deadline}))
+        # A conflict or a stale read means someone else expired or resumed it first.
+        with contextlib.suppress(Conflict, GuardRefused, IllegalTransition):
             self.write.apply(*steps)
         fresh = self._execution(row.id)
         assert fresh is not None
@@ -561,7 +563,7 @@ class Engine:
                 steps.insert(0, Step(record_of(call_row), "withdraw"))
         try:
             self.write.apply(*steps)
-        except (Conflict, GuardRefused):
+        except (Conflict, GuardRefused, IllegalTransition):
             return self._settled(self._owned(execution_id, principal_id), Action.CANCEL)
         return self.view(execution_id)
 

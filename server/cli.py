@@ -21,6 +21,8 @@ app = typer.Typer(
 )
 spec_app = typer.Typer(help="Inspect and validate the lifecycle specs.", no_args_is_help=True)
 app.add_typer(spec_app, name="spec")
+db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 
 DEFAULT_DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"  # the repository's
 
@@ -83,6 +85,35 @@ def diagrams(
     except render.GraphvizMissing as exc:
         raise _fail(str(exc), 2) from None
     typer.echo(f"wrote {len(written)} files to {out}")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every schema migration to the database in DATABASE_URL (or LOCKGATE_DATABASE_URL).
+
+    The embedded SQLite default is migrated automatically on start; PostgreSQL is migrated
+    only by this command, so an operator decides when a shared schema changes."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from machine.db.connect import open_engine
+    from machine.db.migrate import current_revision, upgrade
+    from machine.settings import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        raise _fail(f"invalid configuration: {exc.errors()[0]['msg']}", 2) from None
+    try:
+        engine = open_engine(settings.database_url)
+        upgrade(engine)
+        revision = current_revision(engine)
+    except SQLAlchemyError as exc:
+        # The driver's message names the host and the reason, never the password.
+        orig = getattr(exc, "orig", None)
+        reason = str(orig) if orig is not None else type(exc).__name__
+        raise _fail(f"could not migrate the database: {reason.strip()}", 1) from None
+    typer.echo(f"database schema is at revision {revision}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,10 +66,12 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., An
         clock = overrides.pop("clock", None)
         sources = overrides.pop("sources", None)
         settings = Settings(
-            database_url=database_url,
-            notes_dir=tmp_path / "notes",
-            max_duration_secs=5,
-            **overrides,
+            **{
+                "database_url": database_url,
+                "notes_dir": tmp_path / "notes",
+                "max_duration_secs": 5,
+                **overrides,
+            }
         )
         extra: dict[str, Any] = {}
         if clock is not None:

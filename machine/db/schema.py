@@ -156,3 +156,22 @@ class OwedRequest(SQLModel, table=True):
     incarnation: int
     execution_id: str | None = Field(default=None, max_length=64)
     created_at: datetime = Field(sa_column=_when())
+
+
+class TransitionLog(SQLModel, table=True):
+    """Every committed transition, appended in the transition's own transaction.
+
+    The audit trail of what happened to each record, and what the simulator checks
+    against the spec ("every persisted (from, to) is an edge"). Statuses only: no data.
+    """
+
+    __tablename__ = "transition_log"
+
+    id: int | None = Field(default=None, primary_key=True)
+    machine: str = Field(max_length=32)
+    record_id: str = Field(max_length=200, index=True)
+    event: str = Field(max_length=64)
+    source: str = Field(max_length=32)
+    dest: str = Field(max_length=32)
+    version: int
+    at: datetime = Field(sa_column=_when())

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, Table, update
 from sqlmodel import Session, SQLModel
 
-from machine.db.schema import Execution, Instance, OwedRequest, ToolCall
+from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog
 from machine.db.schema import Session as SessionRow
 from machine.errors import Conflict, IllegalTransition
 from machine.records import Change
@@ -88,6 +88,17 @@ class SqlStore:
                         record_id=change.record_id,
                         expected_version=change.expected_version,
                     )
+                session.add(
+                    TransitionLog(
+                        machine=change.machine,
+                        record_id=change.record_id,
+                        event=change.event,
+                        source=change.source,
+                        dest=change.dest,
+                        version=change.expected_version + 1,
+                        at=now,
+                    )
+                )
 
     def _refuse_non_initial(self, row: SQLModel) -> None:
         machine = MACHINE_OF.get(type(row))

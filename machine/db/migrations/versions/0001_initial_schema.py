@@ -165,8 +165,26 @@ def upgrade() -> None:
             batch_op.f("ix_tool_calls_execution_id"), ["execution_id"], unique=False
         )
 
+    op.create_table(
+        "transition_log",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("machine", sa.String(length=32), nullable=False),
+        sa.Column("record_id", sa.String(length=200), nullable=False),
+        sa.Column("event", sa.String(length=64), nullable=False),
+        sa.Column("source", sa.String(length=32), nullable=False),
+        sa.Column("dest", sa.String(length=32), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("at", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("transition_log", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_transition_log_record_id"), ["record_id"], unique=False
+        )
+
 
 def downgrade() -> None:
+    op.drop_table("transition_log")
 
     with op.batch_alter_table("tool_calls", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_tool_calls_execution_id"))
