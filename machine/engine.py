@@ -24,7 +24,7 @@ from enum import StrEnum
 from pydantic import JsonValue
 from sqlmodel import col, select
 
-from machine.db.schema import Execution, ToolCall
+from machine.db.schema import Execution, ToolCall, live_executions
 from machine.db.store import SqlStore
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
@@ -210,7 +210,7 @@ class Engine:
             ids = list(
                 s.exec(
                     select(Execution.id)
-                    .where(Execution.status == E.PENDING)
+                    .where(live_executions(), Execution.status == E.PENDING)
                     .order_by(col(Execution.created_at))
                     .limit(limit)
                 )
@@ -538,6 +538,7 @@ class Engine:
             rows = list(
                 s.exec(
                     select(Execution).where(
+                        live_executions(),
                         Execution.status == E.WAITING_FOR_INTERACTION,
                         col(Execution.deadline) <= now,
                     )
@@ -574,9 +575,7 @@ class Engine:
     ) -> dict[str, int]:
         """Running (pending included) and paused executions, for the lease policy."""
         with self.store.session() as s:
-            query = select(Execution.status).where(
-                col(Execution.status).in_([E.PENDING, E.RUNNING, E.WAITING_FOR_INTERACTION])
-            )
+            query = select(Execution.status).where(live_executions())
             if session_id is not None:
                 query = query.where(Execution.session_id == session_id)
             if principal_id is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pydantic import JsonValue
 from sqlmodel import col, select
 
-from machine.db.schema import Execution, ToolCall
+from machine.db.schema import Execution, ToolCall, live_executions
 from machine.engine import Engine, record_of
 from machine.errors import Conflict, GuardRefused
 from machine.instances import InstanceLease
@@ -60,7 +60,9 @@ class Recovery:
         """Running executions whose owner holds no lease (read through the live index)."""
         live = self.lease.live_ids()
         with self.engine.store.session() as s:
-            rows = list(s.exec(select(Execution).where(Execution.status == E.RUNNING)))
+            rows = list(
+                s.exec(select(Execution).where(live_executions(), Execution.status == E.RUNNING))
+            )
         return [r for r in rows if r.owner not in live]
 
     def run(self) -> RecoveryReport:

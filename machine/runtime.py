@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +50,7 @@ def prepare_database(settings: Settings) -> SqlEngine:
     else:
         current, head = current_revision(engine), head_revision(engine)
         if current != head:
+            engine.dispose()
             raise DatabaseNotMigrated(current, head)
     return engine
 
@@ -128,15 +130,17 @@ class Runtime:
             sources=chosen,
         )
 
-    def maintain(self) -> RecoveryReport:
-        """One maintenance round: renew the lease, recover dead instances' work, sweep
-        expired approvals. Never runs agent code, so the heartbeat is never late."""
+    def maintain(self, *, sweep: bool = True) -> RecoveryReport:
+        """One maintenance round: renew the lease, recover dead instances' work and (with
+        `sweep`) expire overdue approvals. Never runs agent code, so the heartbeat is never
+        late."""
         if not self.lease.heartbeat():
             self.fenced.set()
             log.error("this instance was declared dead by another; it stops working")
             return RecoveryReport()
         report = self.recovery.run()
-        self.engine.expire_due()
+        if sweep:
+            self.engine.expire_due()
         return report
 
     def start(self, *, background: bool = True) -> RecoveryReport:
@@ -156,11 +160,16 @@ class Runtime:
 
     def _maintenance(self) -> None:
         interval = self.settings.heartbeat_interval.total_seconds()
+        sweep_every = self.settings.sweep_interval.total_seconds()
+        last_sweep = time.monotonic()
         while not self._stop.wait(interval) and not self.fenced.is_set():
+            due = time.monotonic() - last_sweep >= sweep_every
             try:
-                self.maintain()
+                self.maintain(sweep=due)
             except Exception:
                 log.exception("maintenance round failed; retrying next round")
+            if due:
+                last_sweep = time.monotonic()
 
     def _worker(self) -> None:
         """Run pending executions (new ones and those recovery requeued)."""

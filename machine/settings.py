@@ -66,7 +66,9 @@ class Settings(BaseSettings):
     )
     max_log_chars: int = Field(default=64 * 1024, description="Logs longer than this are cut.")
     max_duration_secs: float = Field(
-        default=30.0, description="CPU time agent code may run between tool calls."
+        default=30.0,
+        description="Time agent code may run, in total across its tool calls (time spent "
+        "waiting for tools or approvals does not count).",
     )
     max_memory_bytes: int = Field(
         default=256 * 1024 * 1024, description="Memory agent code may use."
@@ -93,3 +95,19 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite:")
+
+
+def reference_table() -> str:
+    """The Markdown reference of every setting, generated from this model (README embeds it)."""
+    rows = ["| environment variable | default | what it does |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        variable = "DATABASE_URL" if name == "database_url" else f"LOCKGATE_{name.upper()}"
+        default = field.default
+        if isinstance(default, timedelta):
+            shown = f"{int(default.total_seconds())} s"
+        elif default in (None, ""):
+            shown = "(unset)"
+        else:
+            shown = f"`{default}`"
+        rows.append(f"| `{variable}` | {shown} | {field.description} |")
+    return "\n".join(rows) + "\n"

@@ -87,6 +87,14 @@ def diagrams(
     typer.echo(f"wrote {len(written)} files to {out}")
 
 
+@app.command("settings")
+def settings_reference() -> None:
+    """Print the configuration reference (every environment variable, default, meaning)."""
+    from machine.settings import reference_table
+
+    typer.echo(reference_table(), nl=False)
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply every schema migration to the database in DATABASE_URL (or LOCKGATE_DATABASE_URL).

@@ -49,3 +49,28 @@ def test_diagrams_check_detects_drift(tmp_path: Path) -> None:
 def test_usage_errors_exit_with_2() -> None:
     assert runner.invoke(cli.app, ["no-such-command"]).exit_code == 2
     assert runner.invoke(cli.app, ["diagrams", "--no-such-flag"]).exit_code == 2
+
+
+def test_the_readme_settings_table_matches_the_settings_model() -> None:
+    from machine.settings import reference_table
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
+    assert block == reference_table(), "run `lockgate settings` and paste it into the README"
+    result = runner.invoke(cli.app, ["settings"])
+    assert result.exit_code == 0 and result.output == reference_table()
+
+
+def test_db_upgrade_migrates_and_reports_errors_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
+    result = runner.invoke(cli.app, ["db", "upgrade"])
+    assert result.exit_code == 0 and "revision 0001" in result.output
+    monkeypatch.setenv("DATABASE_URL", "mysql://somewhere/db")
+    result = runner.invoke(cli.app, ["db", "upgrade"])
+    assert result.exit_code == 2 and "must be a sqlite" in result.output
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody:s3cret@127.0.0.1:1/db")
+    result = runner.invoke(cli.app, ["db", "upgrade"])
+    assert result.exit_code == 1 and "could not migrate" in result.output
+    assert "s3cret" not in result.output

@@ -11,14 +11,16 @@ from datetime import datetime
 
 from pydantic import JsonValue
 from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, text
-from sqlmodel import Field, SQLModel
+from sqlalchemy.sql.elements import ColumnElement
+from sqlmodel import Field, SQLModel, col
 
 from machine.db.types import UTCDateTime
 from spec import EXECUTION
 
 metadata = SQLModel.metadata
 
-_LIVE_EXECUTION_STATUSES = ", ".join(f"'{s.name}'" for s in EXECUTION.states if not s.terminal)
+LIVE_EXECUTION_STATUSES = tuple(s.name for s in EXECUTION.states if not s.terminal)
+_LIVE_EXECUTION_STATUSES = ", ".join(f"'{name}'" for name in LIVE_EXECUTION_STATUSES)
 
 
 def _when(*, nullable: bool = False) -> Column[datetime]:
@@ -175,3 +177,9 @@ class TransitionLog(SQLModel, table=True):
     dest: str = Field(max_length=32)
     version: int
     at: datetime = Field(sa_column=_when())
+
+
+def live_executions() -> ColumnElement[bool]:
+    """The live index's own predicate. Every query for live work includes it, so the
+    database can use the partial index (SQLite only does when the query implies it)."""
+    return col(Execution.status).in_(LIVE_EXECUTION_STATUSES)

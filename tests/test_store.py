@@ -1,0 +1,133 @@
+"""The SQL store and its schema, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, text
+from sqlmodel import select
+
+from machine.db.connect import open_engine
+from machine.db.migrate import current_revision, head_revision, upgrade
+from machine.db.schema import Execution, TransitionLog, live_executions, metadata
+from machine.db.store import SqlStore
+from machine.errors import Conflict, IllegalTransition
+from machine.records import Change
+from machine.runtime import DatabaseNotMigrated, prepare_database
+from machine.settings import Settings
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = open_engine(database_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def new_execution(store: SqlStore, execution_id: str = "e1", status: str = "pending") -> None:
+    store.commit(
+        [],
+        [
+            Execution(
+                id=execution_id,
+                principal_id="alice",
+                status=status,
+                code="1",
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        ],
+    )
+
+
+def test_the_migrations_build_exactly_the_declared_schema(engine: Engine) -> None:
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    assert current_revision(engine) == head_revision(engine)
+    upgrade(engine)  # applying again is a no-op
+    assert current_revision(engine) == head_revision(engine)
+
+
+def test_a_transition_is_a_conditional_update_with_an_audit_row(engine: Engine) -> None:
+    store = SqlStore(engine)
+    new_execution(store)
+    store.commit([Change("execution", "e1", "start", "pending", "running", 0, {"owner": "i1"})])
+    with store.session() as s:
+        row = s.get(Execution, "e1")
+        log = list(s.exec(select(TransitionLog)))
+    assert row is not None and (row.status, row.version, row.owner) == ("running", 1, "i1")
+    assert [(t.event, t.source, t.dest, t.version) for t in log] == [
+        ("start", "pending", "running", 1)
+    ]
+
+
+def test_a_stale_writer_gets_a_conflict_and_nothing_is_written(engine: Engine) -> None:
+    store = SqlStore(engine)
+    new_execution(store, "e1")
+    new_execution(store, "e2")
+    store.commit([Change("execution", "e1", "start", "pending", "running", 0, {})])
+    with pytest.raises(Conflict):
+        store.commit(
+            [
+                Change("execution", "e2", "start", "pending", "running", 0, {}),
+                Change("execution", "e1", "start", "pending", "running", 0, {}),  # stale
+            ]
+        )
+    with store.session() as s:
+        e2 = s.get(Execution, "e2")
+        assert e2 is not None and e2.status == "pending"  # rolled back with the other
+        assert len(list(s.exec(select(TransitionLog)))) == 1
+
+
+def test_the_store_refuses_undeclared_edges_and_non_initial_inserts(engine: Engine) -> None:
+    store = SqlStore(engine)
+    new_execution(store)
+    with pytest.raises(IllegalTransition, match="'complete' to 'completed'"):
+        store.commit([Change("execution", "e1", "complete", "pending", "completed", 0, {})])
+    with pytest.raises(IllegalTransition, match="'insert' to 'running'"):
+        new_execution(store, "e2", status="running")
+
+
+def test_sqlite_runs_in_wal_mode_with_full_sync_and_a_busy_timeout(tmp_path: object) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path}/x.db")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
+
+
+def test_recovery_reads_live_executions_through_the_live_index(tmp_path: object) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path}/x.db")
+    upgrade(engine)
+    query = select(Execution).where(live_executions(), Execution.status == "running")
+    compiled = query.compile(engine, compile_kwargs={"literal_binds": True})
+    with engine.connect() as conn:
+        plan = " ".join(str(r) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    assert "ix_executions_live" in plan
+
+
+def test_postgres_is_never_migrated_behind_the_operators_back(
+    postgres_server: object, request: pytest.FixtureRequest
+) -> None:
+    from tests.postgres import PostgresServer
+
+    assert isinstance(postgres_server, PostgresServer)
+    url = postgres_server.url(postgres_server.create_database())
+    with pytest.raises(DatabaseNotMigrated, match="lockgate db upgrade"):
+        prepare_database(Settings(database_url=url))
+    engine = open_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    prepare_database(Settings(database_url=url)).dispose()  # migrated: fine
+
+
+def test_sqlite_is_migrated_automatically(tmp_path: object) -> None:
+    engine = prepare_database(Settings(database_url=f"sqlite:///{tmp_path}/auto.db"))
+    assert current_revision(engine) == head_revision(engine)
