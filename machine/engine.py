@@ -235,7 +235,7 @@ class Engine:
         try:
             step, cursor = first()
             self._drive(ex, step, cursor)
-        except (Conflict, GuardRefused):
+        except Conflict:
             # Someone else moved it (recovery declared us dead, or it was cancelled): the
             # stored state is the truth and it is theirs now.
             log.warning("execution %s changed under us; leaving it", ex.id)

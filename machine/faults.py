@@ -52,6 +52,8 @@ class Faults:
         #: Passes over an armed point to let through before firing (crash on the n-th visit).
         self.skip = skip
         self.hits: Counter[CrashPoint] = Counter()
+        #: Every point passed, in order (the simulator reads what came after a crash).
+        self.trail: list[CrashPoint] = []
         self.fired: list[CrashPoint] = []
 
     @classmethod
@@ -63,6 +65,7 @@ class Faults:
 
     def reached(self, point: CrashPoint) -> None:
         self.hits[point] += 1
+        self.trail.append(point)
         if point in self.armed:
             if self.skip > 0:
                 self.skip -= 1
@@ -70,6 +73,7 @@ class Faults:
         elif not (self.probability and self.random.random() < self.probability):
             return
         self.fired.append(point)
+        self.armed.discard(point)  # a point kills once: what comes after is the recovery
         if self.mode is CrashMode.KILL:
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedCrash(point)

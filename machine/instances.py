@@ -20,7 +20,7 @@ from sqlmodel import col, func, select
 
 from machine.db.schema import Instance
 from machine.db.store import SqlStore
-from machine.errors import Conflict, GuardRefused
+from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.records import Record
 from machine.write_path import Step, WritePath
 from spec import InstanceStatus as I
@@ -88,8 +88,8 @@ class InstanceLease:
             self.write.apply(
                 Step(self.record, "heartbeat", {"lease_until": self.clock() + self.ttl})
             )
-        except (Conflict, GuardRefused):
-            return False
+        except (Conflict, GuardRefused, IllegalTransition):
+            return False  # declared dead by another instance, or already stopped
         return True
 
     def drain(self) -> None:

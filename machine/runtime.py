@@ -72,6 +72,8 @@ class Runtime:
     _threads: list[threading.Thread] = field(default_factory=list)
     #: Set when this incarnation learned it was declared dead: it must stop working.
     fenced: threading.Event = field(default_factory=threading.Event)
+    #: Set once draining began: no new work is claimed.
+    draining: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def create(
@@ -175,6 +177,9 @@ class Runtime:
         """Run pending executions (new ones and those recovery requeued)."""
         interval = min(1.0, self.settings.heartbeat_interval.total_seconds())
         while not self._stop.is_set() and not self.fenced.is_set():
+            if self.draining.is_set():
+                self._stop.wait(interval)
+                continue
             try:
                 ran = self.engine.run_pending()
             except Exception:
@@ -183,13 +188,20 @@ class Runtime:
             if not ran:
                 self._stop.wait(interval)
 
+    def drain(self) -> None:
+        """Stop taking new work; the lease is still renewed while what is owed is answered."""
+        self.draining.set()
+        if not self.fenced.is_set():
+            self.lease.drain()
+
     def close(self) -> None:
+        if not self.draining.is_set():
+            self.drain()
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=30)
         if not self.fenced.is_set():
             try:
-                self.lease.drain()
                 self.lease.stop()
             except Exception:
                 log.exception("could not record a clean stop")

@@ -138,10 +138,10 @@ EXECUTION = MachineSpec(
         ),
         TransitionSpec(
             event="cancel",
-            source=(S.PENDING, S.RUNNING, S.WAITING_FOR_INTERACTION),
+            source=(S.PENDING, S.WAITING_FOR_INTERACTION),
             dest=S.CANCELLED,
-            effects=("release_owner",),
-            description="Its principal cancelled it.",
+            description="Its principal cancelled it while it was queued or paused (a running "
+            "execution is not interrupted mid-step; it can be cancelled at its next pause).",
         ),
         TransitionSpec(
             event="requeue",

@@ -59,6 +59,13 @@ INSTANCE = MachineSpec(
             description="Renew the lease.",
         ),
         TransitionSpec(
+            event="heartbeat",
+            source=(S.DRAINING,),
+            dest=S.DRAINING,
+            effects=("extend_lease",),
+            description="Renew the lease while draining (answering what it owes takes time).",
+        ),
+        TransitionSpec(
             event="drain",
             source=(S.LIVE,),
             dest=S.DRAINING,

@@ -167,9 +167,9 @@ TOOL_CALL = MachineSpec(
         ),
         TransitionSpec(
             event="withdraw",
-            source=(S.REQUESTED, S.AWAITING_APPROVAL, S.APPROVED),
+            source=(S.AWAITING_APPROVAL,),
             dest=S.WITHDRAWN,
-            description="Its execution was cancelled before the call was sent.",
+            description="Its paused execution was cancelled before anyone decided.",
         ),
         TransitionSpec(
             event="dispatch",

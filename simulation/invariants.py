@@ -1,0 +1,212 @@
+"""The invariants every simulated run must hold, checked on what was persisted.
+
+Each check reads only durable state (the database, the tools' effect log) and what was
+logged, never the memory of a process: after a crash, that is all there is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from machine.db.schema import Execution, Instance, ToolCall, TransitionLog, metadata
+from machine.store import declared_edges
+from spec import MACHINES, ExecutionStatus, InstanceStatus, ToolCallStatus
+
+INVARIANTS = (
+    "no execution is non-terminal without a live owner or a durable wait",
+    "no call is left in flight by a finished execution",
+    "terminal records never change",
+    "an approval is consumed at most once",
+    "no non-idempotent effect is dispatched twice",
+    "every in_doubt call is named in the execution's record",
+    "every persisted (from, to) is an edge of the spec",
+    "the canary secret appears nowhere",
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+    records: tuple[str, ...] = ()
+
+
+def _terminal(machine: str) -> frozenset[str]:
+    return MACHINES[machine].terminal_names
+
+
+def check_all(
+    engine: Engine,
+    effects: Iterable[dict[str, JsonValue]],
+    logs: Iterable[str],
+    canary: str,
+    *,
+    quiescent: bool = True,
+) -> list[Violation]:
+    """Every invariant. `quiescent`: no work is in flight any more (the simulator ran
+    everything to the end), so a running execution is stranded even under a live owner."""
+    found: list[Violation] = []
+    with Session(engine) as s:
+        executions = list(s.exec(select(Execution)))
+        calls = list(s.exec(select(ToolCall)))
+        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
+        live = {
+            i.id
+            for i in s.exec(
+                select(Instance).where(
+                    col(Instance.status).in_([InstanceStatus.LIVE, InstanceStatus.DRAINING])
+                )
+            )
+        }
+    found += _stranded(executions, calls, set() if quiescent else live)
+    found += _terminal_unchanged(log)
+    found += _approvals_once(log)
+    found += _effects_once(calls, list(effects))
+    found += _in_doubt_named(executions, calls)
+    found += _edges_declared(log)
+    found += _canary(engine, list(logs), canary)
+    return found
+
+
+def _stranded(
+    executions: list[Execution], calls: list[ToolCall], live: set[str]
+) -> list[Violation]:
+    out = []
+    by_id = {e.id: e for e in executions}
+    for e in executions:
+        if e.status == ExecutionStatus.RUNNING and e.owner not in live:
+            out.append(
+                Violation(
+                    INVARIANTS[0], f"execution {e.id} is running with no one running it", (e.id,)
+                )
+            )
+    in_flight = (ToolCallStatus.REQUESTED, ToolCallStatus.APPROVED, ToolCallStatus.DISPATCHED)
+    for c in calls:
+        parent = by_id.get(c.execution_id)
+        if parent is not None and parent.status in _terminal("execution") and c.status in in_flight:
+            out.append(
+                Violation(
+                    INVARIANTS[1],
+                    f"call {c.id} is {c.status} but its execution is {parent.status}",
+                    (c.execution_id, c.id),
+                )
+            )
+    return out
+
+
+def _terminal_unchanged(log: list[TransitionLog]) -> list[Violation]:
+    return [
+        Violation(
+            INVARIANTS[2],
+            f"{row.machine} {row.record_id} left terminal {row.source!r} by {row.event!r}",
+            (row.record_id,),
+        )
+        for row in log
+        if row.source in _terminal(row.machine)
+    ]
+
+
+def _approvals_once(log: list[TransitionLog]) -> list[Violation]:
+    consuming = {
+        (name, t.event)
+        for name, spec in MACHINES.items()
+        for t in spec.transitions
+        if t.consumes_approval
+    }
+    counts = Counter(row.record_id for row in log if (row.machine, row.event) in consuming)
+    return [
+        Violation(INVARIANTS[3], f"call {rid} consumed {n} decisions", (rid,))
+        for rid, n in counts.items()
+        if n > 1
+    ]
+
+
+def _effects_once(calls: list[ToolCall], effects: list[dict[str, JsonValue]]) -> list[Violation]:
+    counts = Counter(str(e["idempotency_key"]) for e in effects if not e.get("read"))
+    return [
+        Violation(INVARIANTS[4], f"the effect of call {key} happened {n} times", (key,))
+        for key, n in counts.items()
+        if n > 1
+    ]
+
+
+def _in_doubt_named(executions: list[Execution], calls: list[ToolCall]) -> list[Violation]:
+    by_id = {e.id: e for e in executions}
+    out = []
+    for c in calls:
+        if c.status != ToolCallStatus.IN_DOUBT:
+            continue
+        record = by_id[c.execution_id].what_ran
+        named = record.get("in_doubt", []) if isinstance(record, dict) else []
+        seqs = {item.get("seq") for item in named if isinstance(item, dict)}  # type: ignore[union-attr]
+        if c.seq not in seqs:
+            out.append(
+                Violation(
+                    INVARIANTS[5],
+                    f"call {c.id} is in doubt but execution {c.execution_id} does not say so",
+                    (c.execution_id, c.id),
+                )
+            )
+    return out
+
+
+def _edges_declared(log: list[TransitionLog]) -> list[Violation]:
+    edges = declared_edges(MACHINES)
+    out = []
+    previous: dict[str, str] = {}
+    for row in log:
+        if (row.machine, row.event, row.source, row.dest) not in edges:
+            out.append(
+                Violation(
+                    INVARIANTS[6],
+                    f"{row.machine} {row.record_id}: {row.event} {row.source}->{row.dest}",
+                    (row.record_id,),
+                )
+            )
+        before = previous.get(row.record_id)
+        if before is not None and before != row.source:
+            out.append(
+                Violation(
+                    INVARIANTS[6],
+                    f"{row.machine} {row.record_id} moved from {row.source!r} but was {before!r}",
+                    (row.record_id,),
+                )
+            )
+        previous[row.record_id] = row.dest
+    return out
+
+
+def _canary(engine: Engine, logs: list[str], canary: str) -> list[Violation]:
+    out = []
+    with engine.connect() as conn:
+        for table in metadata.sorted_tables:
+            for row in conn.execute(table.select()):
+                for value in row:
+                    text = (
+                        bytes(value).decode("latin-1")
+                        if isinstance(value, bytes | memoryview)
+                        else repr(value)
+                    )
+                    if canary in text:
+                        out.append(Violation(INVARIANTS[7], f"in table {table.name}"))
+    if any(canary in line for line in logs):
+        out.append(Violation(INVARIANTS[7], "in the logs"))
+    return out
+
+
+def history(engine: Engine, record_ids: Iterable[str]) -> list[str]:
+    """The persisted transitions of some records, oldest first: a violation's trace."""
+    wanted = set(record_ids)
+    with Session(engine) as s:
+        rows = s.exec(select(TransitionLog).order_by(col(TransitionLog.id)))
+        return [
+            f"{row.machine} {row.record_id}: {row.event} {row.source}->{row.dest}"
+            for row in rows
+            if not wanted or any(row.record_id.startswith(w) for w in wanted)
+        ]

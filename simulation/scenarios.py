@@ -1,0 +1,285 @@
+"""The scenario catalog: what clients do, written so it can start over after any crash.
+
+A scenario's `drive` is run from the top again after each crash and restart, as a client
+would retry: what it learned before the crash (an execution id) is in `client.memory`; what
+it did not learn it does again. Drives never assert on the server's internals; they only
+check that each answer is one a client may legitimately get. The invariants are checked by
+the sweep, on what the database and the tools' logs hold afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from machine.engine import Action
+from machine.execution_errors import (
+    ExecutionAlreadySettled,
+    ExecutionExpired,
+    ExecutionInterrupted,
+)
+from machine.views import ExecutionView
+from simulation.world import Client
+from spec import ExecutionStatus as E
+
+WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
+CATCH_DECLINE = (
+    "try:\n    tools.notes.delete(key='k')\n    said = 'deleted'\n"
+    "except PermissionError as e:\n    said = 'refused'\nsaid"
+)
+
+Drive = Callable[[Client], None]
+
+
+class ScenarioFailed(AssertionError):
+    """The client got an answer no client should ever get."""
+
+
+def expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise ScenarioFailed(what)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    drive: Drive
+    #: Settings every incarnation of this scenario boots with.
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def decide(client: Client, key: str, action: Action) -> ExecutionView | None:
+    """Resume as a client does: retrying the same decision is safe; an answer that says the
+    execution moved on (settled, expired, interrupted) is final."""
+    execution_id = client.memory.get(key)
+    if execution_id is None:
+        return None
+    try:
+        return client.resume(execution_id, action)
+    except ExecutionAlreadySettled:
+        return client.get(execution_id)
+    except (ExecutionExpired, ExecutionInterrupted):
+        return client.get(execution_id)
+
+
+def started(client: Client, key: str, code: str) -> ExecutionView:
+    view: ExecutionView = client.remember(key, lambda: client.execute(code))
+    client.memory[key + ".id"] = view.id
+    return view
+
+
+# -- the drives ------------------------------------------------------------------------------
+
+
+def plain(client: Client) -> None:
+    view = started(client, "e", 'print("hello")\nlen(tools.notes.list())')
+    final = client.get(view.id)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"plain run ended {final.status}")
+
+
+def several_calls(client: Client) -> None:
+    code = (
+        "a = tools.notes.list()\n"
+        "try:\n    tools.notes.read(key='missing')\nexcept RuntimeError:\n    pass\n"
+        "b = tools.notes.list()\n[a, b]"
+    )
+    view = started(client, "e", code)
+    final = client.get(view.id)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"several calls ended {final.status}")
+    if final.status == E.COMPLETED:
+        expect(final.result == [[], []], f"wrong result {final.result!r}")
+
+
+def failing_code(client: Client) -> None:
+    view = started(client, "e", "tools.notes.list()\nraise ValueError('broken')")
+    final = client.get(view.id)
+    expect(final.status in (E.FAILED, E.INTERRUPTED), f"failing code ended {final.status}")
+
+
+def approval_accepted(client: Client) -> None:
+    started(client, "e", WRITE_THEN_READ)
+    view = decide(client, "e.id", Action.ACCEPT)
+    assert view is not None
+    expect(view.status in (E.COMPLETED, E.INTERRUPTED), f"accepted run ended {view.status}")
+    if view.status == E.COMPLETED:
+        expect(view.result == {"key": "k", "text": "v"}, f"wrong result {view.result!r}")
+
+
+def approval_declined(client: Client) -> None:
+    started(client, "e", CATCH_DECLINE)
+    view = decide(client, "e.id", Action.DECLINE)
+    assert view is not None
+    expect(view.status == E.COMPLETED and view.result == "refused", f"declined: {view}")
+
+
+def approval_cancelled(client: Client) -> None:
+    started(client, "e", CATCH_DECLINE)
+    view = decide(client, "e.id", Action.CANCEL)
+    assert view is not None
+    expect(view.status == E.COMPLETED and view.result == "refused", f"cancelled: {view}")
+
+
+def execution_cancelled(client: Client) -> None:
+    """The principal cancels a paused execution, then a queued one."""
+    paused = started(client, "e", WRITE_THEN_READ)
+    engine = client.runtime.engine
+    with contextlib.suppress(ExecutionAlreadySettled):  # cancelled before the crash
+        engine.cancel(paused.id, client.principal)
+    queued = client.remember("q", lambda: engine.submit(client.principal, "1"))
+    # Already cancelled before the crash, or recovery's boot round ran it first.
+    with contextlib.suppress(ExecutionAlreadySettled):
+        engine.cancel(queued, client.principal)
+    expect(client.get(paused.id).status == E.CANCELLED, "the paused execution is not cancelled")
+
+
+def approval_expired(client: Client) -> None:
+    started(client, "e", WRITE_THEN_READ)
+    client.world.clock.advance(timedelta(days=2))
+    client.runtime.engine.expire_due()
+    view = decide(client, "e.id", Action.ACCEPT)
+    assert view is not None
+    expect(view.status == E.EXPIRED, f"an overdue approval ended {view.status}")
+
+
+def blocked_by_policy(client: Client) -> None:
+    code = "try:\n    tools.notes.delete(key='k')\nexcept PermissionError:\n    r = 'blocked'\nr"
+    view = started(client, "e", code)
+    final = client.get(view.id)
+    expect(final.status == E.COMPLETED and final.result == "blocked", f"blocked: {final}")
+
+
+def duplicate_resume(client: Client) -> None:
+    started(client, "e", WRITE_THEN_READ)
+    first = decide(client, "e.id", Action.ACCEPT)
+    second = decide(client, "e.id", Action.ACCEPT)
+    assert first is not None and second is not None
+    expect(first.status == second.status, "the same decision gave two outcomes")
+
+
+def concurrent_resume(client: Client) -> None:
+    started(client, "e", WRITE_THEN_READ)
+    barrier = threading.Barrier(2)
+    answers: list[object] = []
+    failures: list[BaseException] = []
+
+    def resume() -> None:
+        barrier.wait()
+        try:
+            answers.append(decide(client, "e.id", Action.ACCEPT))
+        except BaseException as exc:  # an injected crash in a thread is the process's death
+            failures.append(exc)
+
+    threads = [threading.Thread(target=resume) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    expect(len(answers) == 2, "a resume went unanswered")
+
+
+def resume_after_restart(client: Client) -> None:
+    started(client, "e", WRITE_THEN_READ)
+    if not client.memory.get("restarted"):
+        client.runtime = client.world.boot()
+        client.memory["restarted"] = True
+    view = decide(client, "e.id", Action.ACCEPT)
+    assert view is not None
+    expect(view.status in (E.COMPLETED, E.INTERRUPTED), f"resumed after restart: {view}")
+
+
+def in_doubt_idempotent(client: Client) -> None:
+    """An idempotent call: after any crash it is called again and the run completes."""
+    view = started(client, "e", "a = tools.notes.list()\nlen(a)")
+    final = client.get(view.id)
+    expect(final.status == E.COMPLETED, f"an idempotent call left the run {final.status}")
+
+
+def in_doubt_non_idempotent(client: Client) -> None:
+    """A write approved by policy: a crash mid-dispatch must end interrupted, never twice."""
+    view = started(client, "e", 'tools.notes.write(key="w", text="once")\n"done"')
+    final = client.get(view.id)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"write ended {final.status}")
+    if final.status == E.INTERRUPTED:
+        expect(bool(final.what_ran), "an interrupted execution does not say what ran")
+
+
+def conservative_recovery(client: Client) -> None:
+    view = started(client, "e", "a = tools.notes.list()\nb = tools.notes.list()\n'ok'")
+    final = client.get(view.id)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"conservative: {final.status}")
+
+
+def lease_takeover(client: Client) -> None:
+    """Two instances: a's work is left alone while its lease holds, then taken over."""
+    world = client.world
+    other = client.memory.get("b")
+    if other is None or other not in world.runtimes:
+        other = world.boot(name="sim-b")
+        client.memory["b"] = other
+    view = started(client, "e", "tools.notes.list()\n'ok'")
+    world.clock.advance(timedelta(seconds=60))  # a stops heartbeating: its lease lapses
+    other.maintain()
+    other.engine.run_pending()
+    final = other.engine.get(view.id, client.principal)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED, E.PENDING), f"takeover: {final}")
+
+
+def graceful_shutdown(client: Client) -> None:
+    started(client, "e", "tools.notes.list()")
+    if not client.memory.get("closed"):
+        client.runtime.maintain()
+        client.runtime.drain()
+        client.runtime.maintain()  # the lease is renewed while draining
+        client.runtime.close()
+        client.memory["closed"] = True
+
+
+CATALOG: tuple[Scenario, ...] = (
+    Scenario("plain", "A run with one auto-approved call.", plain),
+    Scenario("several_calls", "Several calls, one failing inside the code.", several_calls),
+    Scenario("failing_code", "Code that raises after a call.", failing_code),
+    Scenario("approval_accepted", "A write paused for approval, accepted.", approval_accepted),
+    Scenario("approval_declined", "Declined; the code catches it.", approval_declined),
+    Scenario("approval_cancelled", "Cancelled; the code catches it.", approval_cancelled),
+    Scenario("execution_cancelled", "A paused and a queued run cancelled.", execution_cancelled),
+    Scenario("approval_expired", "Nobody decides before the deadline.", approval_expired),
+    Scenario(
+        "blocked_by_policy",
+        "A call the policy blocks.",
+        blocked_by_policy,
+        settings={"policy": "notes.delete=block"},
+    ),
+    Scenario("duplicate_resume", "The same decision sent twice.", duplicate_resume),
+    Scenario("concurrent_resume", "Two resumes at once.", concurrent_resume),
+    Scenario("resume_after_restart", "Resumed by a later incarnation.", resume_after_restart),
+    Scenario("in_doubt_idempotent", "A read-only call cut off.", in_doubt_idempotent),
+    Scenario(
+        "in_doubt_non_idempotent",
+        "A write (approved by policy) cut off.",
+        in_doubt_non_idempotent,
+        settings={"policy": "notes.write=approve"},
+    ),
+    Scenario(
+        "conservative_recovery",
+        "Every cut-off run ends interrupted.",
+        conservative_recovery,
+        settings={"conservative_recovery": True},
+    ),
+    Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover),
+    Scenario("graceful_shutdown", "An instance drains and stops.", graceful_shutdown),
+)
+
+
+def by_name(name: str) -> Scenario:
+    for scenario in CATALOG:
+        if scenario.name == name:
+            return scenario
+    known = ", ".join(s.name for s in CATALOG)
+    raise KeyError(f"no scenario {name!r}; known: {known}")

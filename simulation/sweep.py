@@ -1,0 +1,190 @@
+"""The in-process sweep: every scenario, crashed at every crash point it reaches.
+
+For each scenario the sweep first runs it without faults and records the crash points it
+passes. Each point becomes a plan: run the scenario again with that point armed; when it
+fires, the process "dies" (everything in memory is dropped), a new incarnation boots on the
+same database and recovers, and the client goes on as it would. Points reached only during
+that recovery (requeue, interrupt, mark_in_doubt, ...) become plans of their own: the first
+crash, then a second one inside the recovery. After each run the invariants are checked on
+what was persisted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from machine.faults import Faults, InjectedCrash
+from simulation.invariants import Violation, check_all, history
+from simulation.scenarios import CATALOG, Scenario, ScenarioFailed
+from simulation.world import CANARY, Client, LogCapture, World
+from spec import MACHINES, CrashPoint, crash_points
+
+#: Crash plans go this deep: a crash, then one crash during its recovery.
+MAX_DEPTH = 2
+#: A client gives up after this many restarts in one run (each armed point fires once, so a
+#: run crashes at most MAX_DEPTH times; more would be a bug in the sweep).
+MAX_ATTEMPTS = MAX_DEPTH + 2
+#: The lifecycles the catalog drives; the others join when their scenarios do.
+DRIVEN_MACHINES = ("execution", "tool_call", "instance")
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    plan: tuple[CrashPoint, ...]
+    fired: list[CrashPoint]
+    #: Points passed after the last crash (candidates for a deeper plan).
+    after_last_crash: list[CrashPoint]
+    reached: set[CrashPoint]
+    violations: list[Violation]
+    trace: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def reproduce(self) -> str:
+        points = ",".join(p.name for p in self.plan)
+        crash = f" --crash-at '{points}'" if points else ""
+        return f"lockgate simulate --scenario {self.scenario}{crash}"
+
+
+def run_plan(
+    scenario: Scenario,
+    plan: Sequence[CrashPoint],
+    workdir: Path,
+    database_url: str | None = None,
+) -> RunResult:
+    """Run one scenario with `plan` armed; check the invariants afterwards."""
+    faults = Faults(plan)
+    world = World(workdir, database_url, settings=scenario.settings, faults=faults)
+    capture = LogCapture()
+    root = logging.getLogger()
+    root.addHandler(capture)
+    previous_level = root.level
+    root.setLevel(logging.DEBUG)
+    trace: list[str] = []
+    violations: list[Violation] = []
+    try:
+        client: Client | None = None
+        for _attempt in range(MAX_ATTEMPTS):
+            try:
+                if client is None:
+                    trace.append("boot sim-a")
+                    client = Client(world, world.boot())
+                trace.append(f"client drives {scenario.name}")
+                scenario.drive(client)
+                trace.append("client done")
+                break
+            except InjectedCrash as crash:
+                trace.append(f"CRASH at {crash.point.name}")
+                for runtime in list(world.runtimes):
+                    world.abandon(runtime)
+                if client is not None:
+                    trace.append("restart: boot sim-a (new incarnation, recovers on boot)")
+                    try:
+                        client.runtime = world.boot()
+                    except InjectedCrash as again:
+                        trace.append(f"CRASH during recovery at {again.point.name}")
+                        for runtime in list(world.runtimes):
+                            world.abandon(runtime)
+                        trace.append("restart: boot sim-a")
+                        client.runtime = world.boot()
+        else:
+            violations.append(Violation("the client finishes", "it never got to the end"))
+        if client is not None:
+            # Let whatever recovery requeued run, as the live instance's worker would (a
+            # new incarnation if the scenario stopped its instance).
+            client.runtime.maintain()
+            if client.runtime.fenced.is_set():
+                trace.append("boot sim-a to settle")
+                client.runtime = world.boot()
+            client.runtime.engine.run_pending()
+            engine = client.runtime.engine.store.engine
+            violations += check_all(engine, world.notes.effects(), capture.lines, CANARY)
+            if violations:
+                records = [r for v in violations for r in v.records]
+                trace += ["persisted transitions:", *history(engine, records)]
+    except ScenarioFailed as failed:
+        violations.append(Violation("the client gets only legitimate answers", str(failed)))
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(previous_level)
+        world.close()
+    last = max((i for i, p in enumerate(faults.trail) if p in faults.fired), default=-1)
+    return RunResult(
+        scenario=scenario.name,
+        plan=tuple(plan),
+        fired=list(faults.fired),
+        after_last_crash=faults.trail[last + 1 :],
+        reached=set(faults.trail),
+        violations=violations,
+        trace=trace,
+    )
+
+
+@dataclass
+class SweepReport:
+    runs: list[RunResult] = field(default_factory=list)
+    #: crash point -> scenarios that reached it.
+    coverage: dict[CrashPoint, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    @property
+    def violations(self) -> list[RunResult]:
+        return [r for r in self.runs if not r.ok]
+
+    def unreached(self, machines: Iterable[str] = DRIVEN_MACHINES) -> list[CrashPoint]:
+        return [p for m in machines for p in crash_points(MACHINES[m]) if p not in self.coverage]
+
+    def crashes_fired(self) -> int:
+        return sum(len(r.fired) for r in self.runs)
+
+
+def sweep(
+    scenarios: Sequence[Scenario] = CATALOG,
+    *,
+    database_url_factory: Callable[[], str | None] = lambda: None,
+    only: Sequence[CrashPoint] | None = None,
+    progress: Callable[[RunResult], None] = lambda r: None,
+) -> SweepReport:
+    """Every scenario at every crash point it reaches (or only the plan in `only`)."""
+    report = SweepReport()
+    for scenario in scenarios:
+        queue: list[tuple[CrashPoint, ...]] = [tuple(only)] if only is not None else [()]
+        planned = set(queue)
+        while queue:
+            plan = queue.pop(0)
+            workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-"))
+            try:
+                result = run_plan(scenario, plan, workdir, database_url_factory())
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            report.runs.append(result)
+            progress(result)
+            for point in result.reached:
+                report.coverage[point].add(scenario.name)
+            if only is not None or len(plan) >= MAX_DEPTH:
+                continue
+            # Deeper plans: crash again at each point first reached after the last crash.
+            base = tuple(result.fired) if plan else ()
+            for point in dict.fromkeys(result.after_last_crash):
+                candidate = (*base, point)
+                fresh = not plan or point not in _reached_without_crash(report, scenario)
+                if len(candidate) <= MAX_DEPTH and candidate not in planned and fresh:
+                    planned.add(candidate)
+                    queue.append(candidate)
+    return report
+
+
+def _reached_without_crash(report: SweepReport, scenario: Scenario) -> set[CrashPoint]:
+    """Points the fault-free run of a scenario passes (already swept at depth one)."""
+    for run in report.runs:
+        if run.scenario == scenario.name and not run.plan:
+            return run.reached
+    return set()

@@ -1,0 +1,129 @@
+"""A simulated deployment: one database, the tools' data on disk, a clock, and instances that
+boot, crash and boot again.
+
+Nothing survives a crash but what the real system keeps: the database and the tools' data.
+A crashed runtime is abandoned (its threads were never started; its sandbox pool is closed)
+and a new incarnation boots on the same database, recovering through the real boot path.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from machine.engine import Action
+from machine.faults import Faults
+from machine.runtime import Runtime
+from machine.secrets import StaticSecrets
+from machine.settings import Settings
+from machine.tools.notes import NotesSource
+from machine.views import ExecutionView
+
+#: Passed to the notes tools at dispatch; it must never appear in any record or log.
+CANARY = "canary-5eb1d0c4-never-store-me"
+
+
+class SimClock:
+    """Simulated time: it moves only when a scenario says so."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+class LogCapture(logging.Handler):
+    """Everything the system logs during a run, for the canary check."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+class World:
+    def __init__(
+        self,
+        workdir: Path,
+        database_url: str | None = None,
+        *,
+        settings: dict[str, Any] | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.database_url = database_url or f"sqlite:///{workdir / 'lockgate.db'}"
+        self.settings = dict(settings or {})
+        #: Shared by every incarnation: each armed point fires once, wherever it is reached
+        #: first (a crash during the recovery from an earlier crash included).
+        self.faults = faults or Faults()
+        self.clock = SimClock()
+        self.notes = NotesSource(workdir / "notes")
+        self.runtimes: list[Runtime] = []
+        self.boots = 0
+
+    def boot(self, *, name: str = "sim-a") -> Runtime:
+        """Start a new incarnation of instance `name` and run its boot recovery."""
+        self.boots += 1
+        config = Settings(
+            **{
+                "database_url": self.database_url,
+                "instance_name": name,
+                "max_duration_secs": 5,
+                **self.settings,
+            }
+        )
+        runtime = Runtime.create(
+            config,
+            sources=[self.notes],
+            secrets=StaticSecrets({"notes_token": CANARY}),
+            faults=self.faults,
+            clock=self.clock,
+        )
+        self.runtimes.append(runtime)
+        runtime.start(background=False)
+        return runtime
+
+    def abandon(self, runtime: Runtime) -> None:
+        """The process died: keep nothing from it."""
+        runtime.sandbox.close()
+        runtime.engine.store.engine.dispose()
+        if runtime in self.runtimes:
+            self.runtimes.remove(runtime)
+
+    def close(self) -> None:
+        for runtime in self.runtimes:
+            runtime.sandbox.close()
+            runtime.engine.store.engine.dispose()
+
+
+class Client:
+    """What a scenario's client knows and does. Its memory outlives crashes (it is the
+    client's, not the server's); the server it talks to is whichever incarnation is up."""
+
+    def __init__(self, world: World, runtime: Runtime, principal: str = "alice") -> None:
+        self.world, self.runtime, self.principal = world, runtime, principal
+        self.memory: dict[str, Any] = {}
+        self.outcomes: list[ExecutionView] = []
+
+    def execute(self, code: str) -> ExecutionView:
+        return self.runtime.engine.execute(self.principal, code)
+
+    def resume(self, execution_id: str, action: Action) -> ExecutionView:
+        return self.runtime.engine.resume(execution_id, self.principal, action)
+
+    def get(self, execution_id: str) -> ExecutionView:
+        return self.runtime.engine.get(execution_id, self.principal)
+
+    def remember(self, key: str, compute: Any) -> Any:
+        """Do `compute` once; after a crash the client knows the answer if it got one."""
+        if key not in self.memory:
+            self.memory[key] = compute()
+        return self.memory[key]
