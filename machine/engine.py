@@ -163,8 +163,7 @@ class Engine:
 
     # -- starting ----------------------------------------------------------------------------
 
-    def submit(self, principal_id: str, code: str, session_id: str | None = None) -> str:
-        """Store a new pending execution; returns its id."""
+    def _new_execution(self, principal_id: str, code: str, session_id: str | None) -> Execution:
         if not code.strip():
             raise InvalidExecutionInput("The code is empty: send the Python code to run.")
         if len(code) > self.settings.max_code_chars:
@@ -173,7 +172,7 @@ class Engine:
                 f"{self.settings.max_code_chars}. Send a shorter program."
             )
         now = self.clock()
-        row = Execution(
+        return Execution(
             id=uuid.uuid4().hex,
             principal_id=principal_id,
             session_id=session_id,
@@ -182,14 +181,21 @@ class Engine:
             created_at=now,
             updated_at=now,
         )
+
+    def submit(self, principal_id: str, code: str, session_id: str | None = None) -> str:
+        """Store a new pending execution for any instance to claim; returns its id."""
+        row = self._new_execution(principal_id, code, session_id)
         self.write.store.commit([], [row])  # a new row in its initial state, no transition
         return row.id
 
     def execute(self, principal_id: str, code: str, session_id: str | None = None) -> ExecutionView:
-        """Submit and run until the code finishes or pauses for approval."""
-        execution_id = self.submit(principal_id, code, session_id)
-        self.run(execution_id)
-        return self.view(execution_id)
+        """Store a new execution claimed by this instance in the same transaction (no other
+        instance can take it in between), and run it until it finishes or pauses."""
+        row = self._new_execution(principal_id, code, session_id)
+        ex = record_of(row)
+        self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
+        self._guarded(ex, lambda: self._first_step(ex))
+        return self.view(row.id)
 
     def run(self, execution_id: str) -> bool:
         """Claim a pending execution and run it; False when another instance claimed it."""

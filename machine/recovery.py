@@ -95,29 +95,29 @@ class Recovery:
             )
 
     def recover_execution(self, row: Execution) -> E:
+        """Requeue or interrupt one orphaned execution. Every change to its calls is made in
+        the same transaction as the change to the execution itself, so the execution's
+        version guards them: if another instance recovered (and resumed) it since we read
+        it, the whole step conflicts and nothing of a live instance's work is touched."""
         write = self.engine.write
         calls = self._calls(row.id)
         latest = calls[-1] if calls else None
+        execution = record_of(row)
+        in_doubt = any(c.status == C.IN_DOUBT for c in calls)
+        steps: list[Step] = []
         if latest is not None and latest.status == C.DISPATCHED:
             retry = latest.idempotent and not self.engine.settings.conservative_recovery
             if not retry:
-                call = record_of(latest)
-                write.apply(Step(call, "mark_in_doubt"))
-                latest.status = call.status
-        in_doubt = any(c.status == C.IN_DOUBT for c in calls)
-        execution = record_of(row)
-        try:
-            write.apply(Step(execution, "requeue", {"unsafe_in_doubt": in_doubt}))
+                steps.append(Step(record_of(latest), "mark_in_doubt"))
+                latest.status = C.IN_DOUBT.value
+                in_doubt = True
+        if not in_doubt and not self.engine.settings.conservative_recovery:
+            write.apply(Step(execution, "requeue", {"unsafe_in_doubt": False}))
             return E.PENDING
-        except GuardRefused:
-            pass  # going on is not safe: interrupt instead
-        write.apply(
-            Step(
-                execution,
-                "interrupt",
-                {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)},
-            )
+        steps.append(
+            Step(execution, "interrupt", {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)})
         )
         if latest is not None and latest.status in (C.REQUESTED, C.APPROVED):
-            write.apply(Step(record_of(latest), "withdraw_on_crash", {"execution_ended": True}))
+            steps.append(Step(record_of(latest), "withdraw_on_crash", {"execution_ended": True}))
+        write.apply(*steps)
         return E.INTERRUPTED

@@ -85,6 +85,19 @@ class Settings(BaseSettings):
         description="Where the built-in notes tool source keeps its data (in memory if unset).",
     )
 
+    @field_validator(
+        "approval_ttl", "lease_ttl", "heartbeat_interval", "sweep_interval", mode="before"
+    )
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """Durations may be given as plain seconds ("15", "0.5") or ISO 8601 ("PT15S")."""
+        if isinstance(value, str):
+            try:
+                return timedelta(seconds=float(value))
+            except ValueError:
+                return value
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:

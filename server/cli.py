@@ -87,6 +87,75 @@ def diagrams(
     typer.echo(f"wrote {len(written)} files to {out}")
 
 
+@app.command("simulate")
+def simulate(
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", help="Only this scenario (repeatable).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for sampling the real-process runs.")] = 0,
+    real_process: Annotated[
+        bool,
+        typer.Option(
+            "--real-process",
+            help="Also run scenarios against a real engine process, SIGKILLed at the point.",
+        ),
+    ] = False,
+    exhaustive: Annotated[
+        bool, typer.Option(help="Real-process mode: every crash point, not a sample.")
+    ] = False,
+    sample_size: Annotated[
+        int, typer.Option(help="Real-process runs to sample when not exhaustive.")
+    ] = 8,
+    crash_at: Annotated[
+        str | None,
+        typer.Option(help="Run only this plan: crash point names, comma-separated."),
+    ] = None,
+    report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
+) -> None:
+    """Crash the engine at every transition of every scenario, restart, check invariants."""
+    from simulation import real_process as processes
+    from simulation import report as reporting
+    from simulation.scenarios import CATALOG, by_name
+    from simulation.sweep import sweep
+    from spec import CrashPoint
+
+    try:
+        chosen = [by_name(n) for n in scenario] if scenario else list(CATALOG)
+        plan = [CrashPoint.parse(n) for n in crash_at.split(",")] if crash_at else None
+    except (KeyError, ValueError) as exc:
+        raise _fail(str(exc).strip("'\""), 2) from None
+    result = sweep(chosen, only=plan)
+    mode = "in-process"
+    if real_process:
+        plans = [
+            (s, p)
+            for s in chosen
+            if s.portable
+            for p in sorted(
+                {p for r in result.runs if r.scenario == s.name and not r.plan for p in r.reached}
+            )
+        ]
+        picked = processes.sample(plans, None if exhaustive else sample_size, seed)
+        for s, point in picked:
+            result.runs.append(processes.run_in_process(s, point))
+        mode = f"in-process + {len(picked)} real-process runs (seed {seed})"
+    typer.echo(reporting.coverage_matrix(result))
+    for run in result.violations:
+        typer.echo(reporting.describe_violation(run, seed if real_process else None))
+    typer.echo(reporting.summary(result, len(chosen), mode))
+    if report is not None:
+        reporting.write_json(result, report, mode=mode, seed=seed)
+    unreached = result.unreached() if not scenario and plan is None else []
+    if unreached:
+        names = "\n  ".join(p.name for p in unreached)
+        typer.echo(
+            f"coverage gate: {len(unreached)} crash points reached by no scenario:\n  {names}",
+            err=True,
+        )
+    if result.violations or unreached:
+        raise typer.Exit(1)
+
+
 @app.command("settings")
 def settings_reference() -> None:
     """Print the configuration reference (every environment variable, default, meaning)."""

@@ -51,6 +51,8 @@ class Scenario:
     drive: Drive
     #: Settings every incarnation of this scenario boots with.
     settings: dict[str, Any] = field(default_factory=dict)
+    #: Drives only through execute/resume/get, so it also runs against a real process.
+    portable: bool = True
 
 
 def decide(client: Client, key: str, action: Action) -> ExecutionView | None:
@@ -248,8 +250,15 @@ CATALOG: tuple[Scenario, ...] = (
     Scenario("approval_accepted", "A write paused for approval, accepted.", approval_accepted),
     Scenario("approval_declined", "Declined; the code catches it.", approval_declined),
     Scenario("approval_cancelled", "Cancelled; the code catches it.", approval_cancelled),
-    Scenario("execution_cancelled", "A paused and a queued run cancelled.", execution_cancelled),
-    Scenario("approval_expired", "Nobody decides before the deadline.", approval_expired),
+    Scenario(
+        "execution_cancelled",
+        "A paused and a queued run cancelled.",
+        execution_cancelled,
+        portable=False,
+    ),
+    Scenario(
+        "approval_expired", "Nobody decides before the deadline.", approval_expired, portable=False
+    ),
     Scenario(
         "blocked_by_policy",
         "A call the policy blocks.",
@@ -257,8 +266,13 @@ CATALOG: tuple[Scenario, ...] = (
         settings={"policy": "notes.delete=block"},
     ),
     Scenario("duplicate_resume", "The same decision sent twice.", duplicate_resume),
-    Scenario("concurrent_resume", "Two resumes at once.", concurrent_resume),
-    Scenario("resume_after_restart", "Resumed by a later incarnation.", resume_after_restart),
+    Scenario("concurrent_resume", "Two resumes at once.", concurrent_resume, portable=False),
+    Scenario(
+        "resume_after_restart",
+        "Resumed by a later incarnation.",
+        resume_after_restart,
+        portable=False,
+    ),
     Scenario("in_doubt_idempotent", "A read-only call cut off.", in_doubt_idempotent),
     Scenario(
         "in_doubt_non_idempotent",
@@ -272,8 +286,10 @@ CATALOG: tuple[Scenario, ...] = (
         conservative_recovery,
         settings={"conservative_recovery": True},
     ),
-    Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover),
-    Scenario("graceful_shutdown", "An instance drains and stops.", graceful_shutdown),
+    Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover, portable=False),
+    Scenario(
+        "graceful_shutdown", "An instance drains and stops.", graceful_shutdown, portable=False
+    ),
 )
 
 

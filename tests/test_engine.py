@@ -13,6 +13,7 @@ from sqlmodel import select
 
 from machine.db.schema import Execution, ToolCall, TransitionLog
 from machine.engine import Action
+from machine.errors import Conflict
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
@@ -623,3 +624,30 @@ def database_dump(rt: Runtime) -> str:
                     else:
                         parts.append(repr(value))
     return "\n".join(parts)
+
+
+def test_a_stale_recovery_never_touches_a_live_instances_call(make_runtime: MakeRuntime) -> None:
+    """C reads an orphan; B recovers it first and is mid-dispatch of a new write when C acts
+    on its stale read: C's whole step conflicts and B's call is left alone."""
+    now, later = Clock(), Clock()
+    later.advance(timedelta(hours=1))  # x's lease has long lapsed for b and c
+    dispatch = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_commit")
+    code = 'tools.notes.list()\ntools.notes.write(key="k", text="v")'
+    x = make_runtime(
+        faults=Faults([dispatch]), clock=now, instance_name="x", policy="notes.write=approve"
+    )
+    with pytest.raises(InjectedCrash):
+        x.engine.execute("alice", code)
+    b = make_runtime(
+        faults=Faults([dispatch]), clock=later, instance_name="b", policy="notes.write=approve"
+    )
+    c = make_runtime(clock=later, instance_name="c", policy="notes.write=approve")
+    [stale] = c.recovery.orphaned()
+    assert b.recovery.run().requeued == [stale.id]
+    with pytest.raises(InjectedCrash):
+        b.engine.run(stale.id)  # b is now dispatching call 2, its lease alive
+    with pytest.raises(Conflict):
+        c.recovery.recover_execution(stale)
+    [_, second] = sorted(calls_of(b, stale.id), key=lambda call: call.seq)
+    assert second.status == ToolCallStatus.DISPATCHED
+    assert row_of(b, stale.id).owner == b.lease.id

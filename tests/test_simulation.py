@@ -1,0 +1,94 @@
+"""The fault-injection simulator: it passes on the real engine and catches planted bugs."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import machine.bindings as bindings
+import server.cli as cli
+from machine.engine import record_of
+from machine.recovery import Recovery
+from machine.write_path import Step
+from simulation.real_process import run_in_process
+from simulation.report import coverage_matrix, describe_violation
+from simulation.scenarios import CATALOG, by_name
+from simulation.sweep import sweep
+from spec import CrashPoint, ExecutionStatus
+
+runner = CliRunner()
+
+
+def test_a_scenario_is_swept_at_every_point_it_reaches_without_violation() -> None:
+    report = sweep([by_name("approval_accepted")])
+    assert report.violations == []
+    fault_free = report.runs[0]
+    assert fault_free.plan == ()
+    single = {run.plan[0] for run in report.runs if len(run.plan) == 1}
+    assert single == fault_free.reached  # every point of the run was crashed at once
+    assert any(len(run.plan) == 2 for run in report.runs)  # and crashes inside recovery
+    assert "declare_dead" in coverage_matrix(report)
+
+
+def careless_recovery(self: Recovery, row: object) -> ExecutionStatus:
+    """A planted bug: recovery always requeues, even with a non-idempotent call in doubt."""
+    self.engine.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}))  # type: ignore[arg-type]
+    return ExecutionStatus.PENDING
+
+
+def test_the_sweep_catches_a_disabled_recovery_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Recovery, "recover_execution", careless_recovery)
+    report = sweep([by_name("in_doubt_non_idempotent")])
+    assert report.violations
+    run = report.violations[0]
+    text = describe_violation(run, seed=None)
+    assert "tool_call:dispatch:approved->dispatched" in text  # the crash point
+    assert "CRASH at" in text and "persisted transitions:" in text  # the trace
+    assert "reproduce: lockgate simulate --scenario in_doubt_non_idempotent --crash-at" in text
+    invariants = {v.invariant for r in report.violations for v in r.violations}
+    assert "no call is left in flight by a finished execution" in invariants
+
+
+def test_the_sweep_catches_a_retry_of_a_non_idempotent_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Recovery, "recover_execution", careless_recovery)
+    monkeypatch.setitem(bindings.BINDINGS["tool_call"].guards, "retry_allowed", lambda f: True)  # type: ignore[index]
+    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
+    report = sweep([by_name("in_doubt_non_idempotent")], only=[point])
+    [run] = report.runs
+    assert {v.invariant for v in run.violations} == {"no non-idempotent effect is dispatched twice"}
+
+
+def test_every_catalog_scenario_runs_clean_without_faults() -> None:
+    report = sweep(CATALOG, only=[])
+    assert [r.scenario for r in report.runs] == [s.name for s in CATALOG]
+    assert report.violations == [], [describe_violation(r, None) for r in report.violations]
+
+
+@pytest.mark.slow
+def test_a_real_engine_process_killed_at_a_point_recovers() -> None:
+    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
+    result = run_in_process(by_name("approval_accepted"), point)
+    assert result.fired == [point]
+    assert any("KILLED (SIGKILL)" in step for step in result.trace)
+    assert result.violations == []
+
+
+def test_simulate_cli_reports_counts_and_refuses_bad_input() -> None:
+    result = runner.invoke(
+        cli.app,
+        [
+            "simulate",
+            "--scenario",
+            "plain",
+            "--crash-at",
+            "tool_call:succeed:dispatched->succeeded:after_commit",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "violations = 0" in result.output
+    bad = runner.invoke(cli.app, ["simulate", "--scenario", "nope"])
+    assert bad.exit_code == 2 and "no scenario 'nope'" in bad.output
+    bad_point = runner.invoke(cli.app, ["simulate", "--crash-at", "x:y"])
+    assert bad_point.exit_code == 2 and "not a crash point name" in bad_point.output
