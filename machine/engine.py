@@ -188,14 +188,22 @@ class Engine:
         self.write.store.commit([], [row])  # a new row in its initial state, no transition
         return row.id
 
-    def execute(self, principal_id: str, code: str, session_id: str | None = None) -> ExecutionView:
+    def begin(self, principal_id: str, code: str, session_id: str | None = None) -> Record:
         """Store a new execution claimed by this instance in the same transaction (no other
-        instance can take it in between), and run it until it finishes or pauses."""
+        instance can take it in between). `carry_on` runs it."""
         row = self._new_execution(principal_id, code, session_id)
         ex = record_of(row)
         self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
+        return ex
+
+    def carry_on(self, ex: Record) -> ExecutionView:
+        """Run a claimed execution until it finishes or pauses."""
         self._guarded(ex, lambda: self._first_step(ex))
-        return self.view(row.id)
+        return self.view(ex.id)
+
+    def execute(self, principal_id: str, code: str, session_id: str | None = None) -> ExecutionView:
+        """Store, claim and run a new execution until it finishes or pauses."""
+        return self.carry_on(self.begin(principal_id, code, session_id))
 
     def run(self, execution_id: str) -> bool:
         """Claim a pending execution and run it; False when another instance claimed it."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from pydantic import JsonValue
+
 
 class ErrorCode(StrEnum):
     ILLEGAL_TRANSITION = "illegal_transition"
@@ -37,8 +39,8 @@ class LockgateError(Exception):
         self.message = message
         self.hint = hint
 
-    def as_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"code": str(self.code), "message": self.message}
+    def as_dict(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {"code": str(self.code), "message": self.message}
         if self.hint:
             out["hint"] = self.hint
         return out

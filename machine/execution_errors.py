@@ -69,7 +69,7 @@ class ExecutionInterrupted(LockgateError):
             hint="Check whether the call in doubt took effect before running the code again.",
         )
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return {**super().as_dict(), "what_ran": self.what_ran}
 
 

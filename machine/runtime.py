@@ -67,6 +67,7 @@ class Runtime:
     recovery: Recovery
     sandbox: Sandbox
     sources: list[ToolSource]
+    registry: ToolRegistry
     boot_report: RecoveryReport | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -130,6 +131,7 @@ class Runtime:
             recovery=Recovery(placeholder, lease),
             sandbox=sandbox,
             sources=chosen,
+            registry=registry,
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:

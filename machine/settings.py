@@ -80,6 +80,31 @@ class Settings(BaseSettings):
         description="Approval rules, most restrictive wins: e.g. "
         "'notes.*=approve,notes.delete=block'. Tools keep their default when no rule matches.",
     )
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address `lockgate serve` binds. Any non-loopback address requires API keys "
+        "to exist (`lockgate keys create`).",
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port `lockgate serve` binds.")
+    public_url: str = Field(
+        default="",
+        description="The URL clients and approvers reach this server at (approval links are "
+        "built from it). Default: http://<host>:<port>.",
+    )
+    wait_budget_secs: float = Field(
+        default=25.0,
+        gt=0,
+        description="How long execute/resume wait for the code before answering `running` "
+        "(below common client timeouts); the execution goes on either way.",
+    )
+    max_request_bytes: int = Field(
+        default=1024 * 1024, description="Largest HTTP request body accepted (413 beyond)."
+    )
+    allowed_hosts: str = Field(
+        default="",
+        description="Extra Host header values accepted on /mcp, comma-separated (e.g. "
+        "'mcp.example.com,mcp.example.com:*'); loopback names are always accepted.",
+    )
     notes_dir: Path | None = Field(
         default=None,
         description="Where the built-in notes tool source keeps its data (in memory if unset).",
@@ -108,6 +133,10 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite:")
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
 
 def reference_table() -> str:

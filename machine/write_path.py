@@ -75,6 +75,8 @@ class WritePath:
         self.faults = faults if faults is not None else Faults()
         self.clock = clock
         self.conservative = conservative
+        #: Told about every committed transaction (metrics); they must not raise.
+        self.observers: list[Callable[[tuple[Change, ...]], None]] = []
 
     def decide(self, step: Step, now: datetime) -> tuple[TransitionSpec, Change]:
         machine = self.machines[step.record.machine]
@@ -137,6 +139,8 @@ class WritePath:
         points("before_commit")
         changes = tuple(change for _, change in decided)
         self.store.commit(changes, inserts)
+        for observe in self.observers:
+            observe(changes)
         for step, change in zip(steps, changes, strict=True):
             step.record.status = change.dest
             step.record.version += 1

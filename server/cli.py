@@ -7,7 +7,7 @@ violation, stale diagrams); 2 the command could not run as asked (bad usage, mis
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -154,6 +154,132 @@ def simulate(
         )
     if result.violations or unreached:
         raise typer.Exit(1)
+
+
+keys_app = typer.Typer(help="Manage API keys (one principal per name).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+def _keys() -> Any:
+    from machine.db.store import SqlStore
+    from machine.runtime import prepare_database
+    from machine.settings import Settings
+    from server.keys import ApiKeys
+
+    return ApiKeys(SqlStore(prepare_database(Settings())))
+
+
+@keys_app.command("create")
+def keys_create(
+    principal: Annotated[str, typer.Argument(help="Who the key acts for, e.g. alice.")],
+) -> None:
+    """Create an API key for a principal (created if new). The key is shown only once."""
+    from machine.errors import LockgateError
+
+    try:
+        issued = _keys().create(principal)
+    except LockgateError as exc:
+        raise _fail(exc.message, 2) from None
+    typer.echo(
+        f"key id:    {issued.id}\nprincipal: {issued.principal_id}\nkey:       "
+        f"{issued.secret}\n(store it now: it is not shown again)"
+    )
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List API keys (ids and prefixes, never the keys)."""
+    for key in _keys().list():
+        state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
+        typer.echo(f"{key.id}  {key.principal_id:<20} {key.prefix}…  {state}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id to revoke.")]) -> None:
+    """Revoke an API key: requests with it get 401 from now on."""
+    from machine.errors import LockgateError
+
+    try:
+        key = _keys().revoke(key_id)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+    typer.echo(f"revoked {key.id} ({key.principal_id})")
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind (default 8000).")] = None,
+) -> None:
+    """Run the Lockgate MCP server (streamable HTTP at /mcp)."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from machine.runtime import DatabaseNotMigrated
+    from machine.settings import Settings
+    from server.operations import configure_logging
+
+    overrides: dict[str, Any] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        raise _fail(f"invalid configuration: {exc.errors()[0]['msg']}", 2) from None
+    try:
+        keys = _keys_for(settings)
+    except DatabaseNotMigrated as exc:
+        raise _fail(str(exc), 2) from None
+    created = None
+    if not keys.any_active():
+        if not is_loopback(settings.host):
+            raise _fail(
+                f"Refusing to listen on {settings.host}: no API key exists, so anyone who can "
+                "reach it could run code. Create one first: `lockgate keys create <name>`.",
+                2,
+            )
+        created = keys.create("local")
+    configure_logging()
+    from server.app import create_app
+
+    application = create_app(settings)
+    url = f"{settings.base_url}/mcp"
+    typer.echo(f"Lockgate MCP server: {url}")
+    if created is not None:
+        typer.echo(
+            f"Created an API key for principal 'local' (shown once):\n  {created.secret}\n"
+            f"Connect a client with the header  Authorization: Bearer {created.secret}"
+        )
+    else:
+        typer.echo("Connect with  Authorization: Bearer <API key>  (`lockgate keys create`).")
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def _keys_for(settings: Any) -> Any:
+    from machine.db.store import SqlStore
+    from machine.runtime import prepare_database
+    from server.keys import ApiKeys
+
+    return ApiKeys(SqlStore(prepare_database(settings)))
 
 
 @app.command("settings")

@@ -160,6 +160,23 @@ class OwedRequest(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
 
 
+class ApprovalToken(SQLModel, table=True):
+    """A single-use credential in an approval URL, bound to one paused call.
+
+    Only its sha256 is stored: the URL holds the token itself (256 random bits).
+    """
+
+    __tablename__ = "approval_tokens"
+
+    token_hash: str = Field(primary_key=True, max_length=64)
+    execution_id: str = Field(foreign_key="executions.id", index=True, max_length=64)
+    call_seq: int
+    principal_id: str = Field(max_length=64)
+    created_at: datetime = Field(sa_column=_when())
+    expires_at: datetime = Field(sa_column=_when())
+    used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
 class TransitionLog(SQLModel, table=True):
     """Every committed transition, appended in the transition's own transaction.
 

@@ -1,0 +1,114 @@
+"""The Lockgate application: MCP at /mcp, the approval page and API, operations endpoints.
+
+Boot order: the runtime registers this incarnation at once, then recovers dead instances'
+work in the background; /readyz answers 503 and /mcp asks clients to retry until that
+recovery finished, so no request races the recovery of the work it is about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from anyio import to_thread
+from fastapi import FastAPI, Request
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+
+from machine.runtime import Runtime
+from machine.settings import Settings
+from server.approval_page import ApprovalSurface
+from server.approval_tokens import ApprovalTokens
+from server.auth import ASGIApp, BearerAuth, Receive, Scope, Send, SessionOwners, json_rpc_error
+from server.keys import ApiKeys
+from server.mcp_server import LockgateMCP
+from server.operations import Metrics, operations_router, timed
+from server.runner import ExecutionRunner
+
+log = logging.getLogger("lockgate.server")
+
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"]
+
+
+class WhenReady:
+    """Until boot recovery finished, answer 503 with Retry-After instead of serving."""
+
+    def __init__(self, app: ASGIApp, ready: threading.Event) -> None:
+        self.app, self.ready = app, ready
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self.ready.is_set():
+            await json_rpc_error(
+                send,
+                503,
+                -32002,
+                "The server is recovering after a restart; retry in a moment.",
+                ((b"retry-after", b"1"),),
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
+    settings = settings or Settings()
+    runtime = runtime or Runtime.create(settings)
+    keys = ApiKeys(runtime.engine.store)
+    runner = ExecutionRunner(runtime)
+    approvals = ApprovalSurface(runtime, runner, keys, ApprovalTokens(runtime.engine.store))
+    mcp = LockgateMCP(runner, runtime.registry, approvals.approval_url, settings.max_code_chars)
+    extra_hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
+    mcp.server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[*LOOPBACK_HOSTS, *extra_hosts],
+            allowed_origins=[
+                "http://127.0.0.1:*",
+                "http://localhost:*",
+                *(f"https://{h}" for h in extra_hosts),
+                *(f"http://{h}" for h in extra_hosts),
+            ],
+        ),
+        max_request_body_size=settings.max_request_bytes,
+    )
+    session_manager = mcp.server.session_manager
+    ready = threading.Event()
+    metrics = Metrics(runtime)
+
+    def boot() -> None:
+        runtime.start(background=True)
+        ready.set()
+        log.info("ready: boot recovery finished (%s)", runtime.boot_report)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with session_manager.run():
+            threading.Thread(target=boot, name="lockgate-boot", daemon=True).start()
+            try:
+                yield
+            finally:
+                # SIGTERM: stop taking work, let running calls finish, record a clean stop.
+                await to_thread.run_sync(runtime.drain)
+                await to_thread.run_sync(runner.close)
+                await to_thread.run_sync(runtime.close)
+
+    app = FastAPI(
+        title="Lockgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.runtime = runtime
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Any) -> Any:
+        return await timed(request, call_next, metrics)
+
+    app.include_router(operations_router(runtime, metrics, ready))
+    app.include_router(approvals.router())
+    owners = SessionOwners()
+    mcp_endpoint = WhenReady(
+        BearerAuth(StreamableHTTPASGIApp(session_manager), keys, owners), ready
+    )
+    app.add_route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]
+    return app

@@ -1,0 +1,83 @@
+"""Single-use approval tokens: what makes an approval URL unguessable and bound to one call."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime
+
+from sqlalchemy import update
+from sqlmodel import col
+
+from machine.db.schema import ApprovalToken
+from machine.db.store import SqlStore
+from machine.errors import ErrorCode, LockgateError
+
+
+class TokenRefused(LockgateError):
+    """An approval token that cannot be used: `reason` is unknown, used or expired."""
+
+    code = ErrorCode.FORBIDDEN
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApprovalTokens:
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+
+    def mint(
+        self, execution_id: str, call_seq: int, principal_id: str, expires_at: datetime
+    ) -> str:
+        token = secrets.token_urlsafe(32)
+        with self.store.session() as s:
+            s.add(
+                ApprovalToken(
+                    token_hash=_hash(token),
+                    execution_id=execution_id,
+                    call_seq=call_seq,
+                    principal_id=principal_id,
+                    created_at=datetime.now(UTC),
+                    expires_at=expires_at,
+                )
+            )
+            s.commit()
+        return token
+
+    def check(self, token: str, execution_id: str | None = None) -> ApprovalToken:
+        """The token's row if it may still be used (for `execution_id`, when given)."""
+        with self.store.session() as s:
+            row = s.get(ApprovalToken, _hash(token))
+        if row is None or (execution_id is not None and row.execution_id != execution_id):
+            raise TokenRefused(
+                "unknown",
+                "This approval link is not valid. Ask for a new one from the agent's client.",
+            )
+        if row.used_at is not None:
+            raise TokenRefused("used", "This approval link was already used.")
+        if datetime.now(UTC) >= row.expires_at:
+            raise TokenRefused("expired", "This approval link has expired.")
+        return row
+
+    def consume(self, token: str, execution_id: str) -> ApprovalToken:
+        """Use the token up (once: a conditional update, so two clicks cannot both pass)."""
+        row = self.check(token, execution_id)
+        with self.store.session() as s:
+            result = s.execute(
+                update(ApprovalToken)
+                .where(
+                    col(ApprovalToken.token_hash) == row.token_hash,
+                    col(ApprovalToken.used_at).is_(None),
+                )
+                .values(used_at=datetime.now(UTC))
+            )
+            s.commit()
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise TokenRefused("used", "This approval link was already used.")
+        return row

@@ -1,0 +1,204 @@
+"""The MCP surface: `execute`, `resume` and `describe_tools`, on the official SDK's server.
+
+Arguments are validated here (the low-level server passes them through unchecked), every
+engine error becomes a tool error with a stable status, and nothing unexpected leaks: an
+unknown failure answers a generic internal error and is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import mcp_types as types
+from anyio import to_thread
+from mcp.server import Server, ServerRequestContext
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from machine.engine import Action
+from machine.errors import LockgateError
+from machine.tools.registry import ToolRegistry
+from machine.views import ExecutionView
+from server import shapes
+from server.auth import current_principal
+from server.runner import ExecutionRunner
+
+log = logging.getLogger("lockgate.mcp")
+
+
+class ExecuteArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(min_length=1)
+
+
+class ResumeArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    execution_id: str = Field(alias="executionId", min_length=1, max_length=64)
+    action: Literal["accept", "decline", "cancel"] | None = None
+    content: JsonValue = None
+
+
+class DescribeArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(default="", max_length=200)
+
+
+def _problems(exc: ValidationError) -> str:
+    """A validation failure in words, without echoing the values (they may be large)."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "Invalid arguments: " + "; ".join(parts)
+
+
+def execute_description(registry: ToolRegistry) -> str:
+    lines = [
+        "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
+        "keyword arguments; the value of the last expression is the result and print() "
+        "output is returned as logs. Some calls need a person's approval: the answer is then "
+        "`waiting_for_interaction` with an executionId and an approvalUrl; call `resume` with "
+        "the executionId (and action accept/decline/cancel when the user decided in chat). "
+        "A declined call raises PermissionError inside the code. Available tools:",
+    ]
+    lines += [f"- {spec.signature()}" for spec in registry.specs()]
+    return "\n".join(lines)
+
+
+def tool_list(registry: ToolRegistry, max_code_chars: int) -> list[types.Tool]:
+    return [
+        types.Tool(
+            name="execute",
+            description=execute_description(registry),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars}
+                },
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="resume",
+            description=(
+                "Continue a paused execution with a decision (accept, decline or cancel), or, "
+                "without an action, wait for the result of a running or browser-approved "
+                "execution. Works from any session, after restarts and on any instance."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "executionId": {"type": "string"},
+                    "action": {"type": "string", "enum": ["accept", "decline", "cancel"]},
+                    "content": {"description": "Optional data sent with the decision."},
+                },
+                "required": ["executionId"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="describe_tools",
+            description="Details (arguments, whether approval is needed) of the tools the "
+            "code can call; `query` filters by words in their names and descriptions.",
+            input_schema={
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "additionalProperties": False,
+            },
+        ),
+    ]
+
+
+class LockgateMCP:
+    def __init__(
+        self,
+        runner: ExecutionRunner,
+        registry: ToolRegistry,
+        approval_url: Any,
+        max_code_chars: int,
+    ) -> None:
+        self.runner, self.registry = runner, registry
+        #: (ExecutionView) -> approval URL for its pending call.
+        self.approval_url = approval_url
+        self.max_code_chars = max_code_chars
+        self.server: Server[Any] = Server(
+            "lockgate",
+            version="0.1.0",
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+        )
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tool_list(self.registry, self.max_code_chars))
+
+    async def _shape(self, outcome: ExecutionView | shapes.Running) -> types.CallToolResult:
+        if isinstance(outcome, shapes.Running):
+            return shapes.running(outcome.execution_id)
+        url = await to_thread.run_sync(self.approval_url, outcome)
+        return shapes.execution(outcome, url)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        principal = current_principal.get()
+        arguments = params.arguments or {}
+        session_id = ctx.request.headers.get("mcp-session-id") if ctx.request else None
+        execution_id: str | None = None
+        try:
+            if params.name == "execute":
+                args = ExecuteArguments.model_validate(arguments)
+                if len(args.code) > self.max_code_chars:
+                    return shapes.invalid(
+                        f"The code is {len(args.code)} characters long; the limit is "
+                        f"{self.max_code_chars}."
+                    )
+                outcome = await self.runner.execute(principal, args.code, session_id)
+                return await self._shape(outcome)
+            if params.name == "resume":
+                resume = ResumeArguments.model_validate(arguments)
+                execution_id = resume.execution_id
+                if resume.action is None:
+                    outcome = await self.runner.wait(principal, resume.execution_id)
+                else:
+                    outcome = await self.runner.resume(
+                        principal, resume.execution_id, Action(resume.action), resume.content
+                    )
+                return await self._shape(outcome)
+            if params.name == "describe_tools":
+                query = DescribeArguments.model_validate(arguments).query
+                found = self.registry.describe(query)
+                return types.CallToolResult(
+                    content=[
+                        types.TextContent(
+                            type="text",
+                            text="\n".join(s.signature() for s in found) or "No tool matches.",
+                        )
+                    ],
+                    structured_content={
+                        "tools": [
+                            {
+                                "name": s.call_name,
+                                "signature": s.signature(),
+                                "description": s.description,
+                                "parameters": s.parameters,
+                                "idempotent": s.idempotent,
+                                "policy": str(s.default_policy),
+                            }
+                            for s in found
+                        ]
+                    },
+                )
+            return shapes.invalid(
+                f"Unknown tool {params.name!r}: this server offers execute, resume and "
+                "describe_tools."
+            )
+        except ValidationError as exc:
+            return shapes.invalid(_problems(exc))
+        except LockgateError as exc:
+            return shapes.error(exc, execution_id)
+        except Exception:
+            log.exception("tool %s failed", params.name)
+            return shapes.internal_error()

@@ -1,0 +1,131 @@
+"""Health, readiness, Prometheus metrics and structured logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func
+from sqlmodel import select
+
+from machine.db.schema import Execution, live_executions
+from machine.records import Change
+from machine.runtime import Runtime
+
+#: Set around request handling so every log line names what it is about.
+log_execution_id: ContextVar[str | None] = ContextVar("log_execution_id", default=None)
+log_session_id: ContextVar[str | None] = ContextVar("log_session_id", default=None)
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, execution and session ids."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, var in (("execution_id", log_execution_id), ("session_id", log_session_id)):
+            value = getattr(record, key, None) or var.get()
+            if value:
+                entry[key] = value
+        if record.exc_info:
+            # The exception type only: messages and stacks may carry data we must not log.
+            entry["exception"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+        return json.dumps(entry)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class LiveExecutions(Collector):
+    """Executions by live status, read through the live index at scrape time."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "lockgate_executions", "Live executions by status", labels=["status"]
+        )
+        with self.runtime.engine.store.session() as s:
+            rows = s.exec(
+                select(Execution.status, func.count())
+                .where(live_executions())
+                .group_by(Execution.status)
+            )
+            counts = dict(rows)
+        for status in ("pending", "running", "waiting_for_interaction"):
+            gauge.add_metric([status], counts.get(status, 0))
+        yield gauge
+
+
+class Metrics:
+    def __init__(self, runtime: Runtime) -> None:
+        self.registry = CollectorRegistry()
+        self.transitions = Counter(
+            "lockgate_transitions",
+            "Committed lifecycle transitions by machine and event (pause, resume, expire, "
+            "requeue/interrupt = recoveries, ...)",
+            ["machine", "event"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "lockgate_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            registry=self.registry,
+        )
+        self.registry.register(LiveExecutions(runtime))
+        runtime.engine.write.observers.append(self.observe)
+
+    def observe(self, changes: tuple[Change, ...]) -> None:
+        for change in changes:
+            self.transitions.labels(change.machine, change.event).inc()
+
+
+def operations_router(runtime: Runtime, metrics: Metrics, ready: Any) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/readyz", include_in_schema=False)
+    def readyz() -> Response:
+        if not ready.is_set():
+            return JSONResponse({"status": "recovering"}, status_code=503)
+        if runtime.fenced.is_set():
+            return JSONResponse({"status": "fenced"}, status_code=503)
+        return JSONResponse({"status": "ready", "instance": runtime.lease.id})
+
+    @router.get("/metrics", include_in_schema=False)
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
+
+    return router
+
+
+async def timed(request: Request, call_next: Any, metrics: Metrics) -> Response:
+    start = time.perf_counter()
+    response: Response = await call_next(request)
+    route = request.scope.get("route")
+    path = getattr(route, "path", None) or ("/mcp" if request.url.path == "/mcp" else "other")
+    metrics.latency.labels(path).observe(time.perf_counter() - start)
+    return response

@@ -1,0 +1,135 @@
+"""What the meta-tools answer: structuredContent in the executor project's shapes, plus a
+readable text for models that only read text."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import mcp_types as types
+from pydantic import JsonValue
+
+from machine.errors import LockgateError
+from machine.views import ExecutionView
+from spec import ExecutionStatus as E
+
+
+@dataclass(frozen=True)
+class Running:
+    """The code outlived the wait budget; it goes on in the background."""
+
+    execution_id: str
+
+
+def _result(structured: dict[str, JsonValue], text: str, *, error: bool) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=error,
+    )
+
+
+def running(execution_id: str) -> types.CallToolResult:
+    return _result(
+        {"status": "running", "executionId": execution_id},
+        f"Execution {execution_id} is still running. Call `resume` with this executionId "
+        "(and no action) to wait for its result.",
+        error=False,
+    )
+
+
+def error_status(err: LockgateError) -> str:
+    """Resume errors are named `execution_<case>`; others keep their code."""
+    code = str(err.code)
+    named = {"not_found", "expired", "forbidden", "already_settled", "interrupted"}
+    return f"execution_{code}" if code in named else "error"
+
+
+def error(err: LockgateError, execution_id: str | None = None) -> types.CallToolResult:
+    body = err.as_dict()
+    structured: dict[str, JsonValue] = {"status": error_status(err), "error": body}
+    if execution_id:
+        structured["executionId"] = execution_id
+    if err.hint:
+        structured["hint"] = err.hint
+    text = err.message + (f" {err.hint}" if err.hint else "")
+    return _result(structured, text, error=True)
+
+
+def invalid(message: str) -> types.CallToolResult:
+    return _result(
+        {"status": "error", "error": {"code": "invalid_arguments", "message": message}},
+        message,
+        error=True,
+    )
+
+
+def internal_error() -> types.CallToolResult:
+    message = "The server failed to handle this call; it was logged. Try again."
+    return _result(
+        {"status": "error", "error": {"code": "internal_error", "message": message}},
+        message,
+        error=True,
+    )
+
+
+def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolResult:
+    eid = view.id
+    if view.status == E.COMPLETED:
+        return _result(
+            {"status": "completed", "executionId": eid, "result": view.result, "logs": view.logs},
+            f"Completed. Result: {json.dumps(view.result)}"
+            + (f"\nLogs:\n{view.logs}" if view.logs else ""),
+            error=False,
+        )
+    if view.status == E.WAITING_FOR_INTERACTION and view.pending is not None:
+        pending = view.pending
+        expires = pending.deadline.isoformat() if pending.deadline else None
+        interaction: dict[str, JsonValue] = {
+            "kind": "url",
+            "message": pending.message,
+            "tool": f"tools.{pending.tool}",
+            "argsPreview": pending.arguments_preview,
+            "approvalUrl": approval_url,
+        }
+        return _result(
+            {
+                "status": "waiting_for_interaction",
+                "executionId": eid,
+                "expiresAt": expires,
+                "interaction": interaction,
+                "logs": view.logs,
+            },
+            f"Waiting for approval of tools.{pending.tool} with arguments "
+            f"{json.dumps(pending.arguments_preview)}. A person can approve at {approval_url}, "
+            f"or call `resume` with executionId={eid} and action accept, decline or cancel. "
+            f"Expires at {expires}.",
+            error=False,
+        )
+    if view.status in (E.RUNNING, E.PENDING):
+        return running(eid)
+    if view.status == E.FAILED:
+        err: dict[str, JsonValue] = (
+            view.error if isinstance(view.error, dict) else {"message": str(view.error)}
+        )
+        return _result(
+            {"status": "error", "executionId": eid, "error": err, "logs": view.logs},
+            f"The code failed: {err.get('message')}"
+            + (f"\nLogs:\n{view.logs}" if view.logs else ""),
+            error=True,
+        )
+    # cancelled, expired, interrupted: final, and not a result.
+    from machine.execution_errors import (
+        ExecutionAlreadySettled,
+        ExecutionExpired,
+        ExecutionInterrupted,
+    )
+
+    if view.status == E.EXPIRED:
+        return error(ExecutionExpired(execution_id=eid, deadline=None), eid)
+    if view.status == E.INTERRUPTED:
+        return error(ExecutionInterrupted(execution_id=eid, what_ran=view.what_ran), eid)
+    return error(
+        ExecutionAlreadySettled(execution_id=eid, status=view.status, detail="it was cancelled"),
+        eid,
+    )
