@@ -1,23 +1,34 @@
-"""The real-process simulation: the engine runs in its own process, which is SIGKILLed at the
+"""The real-process simulation: `lockgate serve` runs in its own process, is SIGKILLed at the
 armed crash point (armed through `LOCKGATE_CRASH_AT`), restarted, and driven through its
-real interface; the invariants are then checked on the database and the tools' data.
+real interface (MCP over HTTP with the official client); the invariants are then checked on
+the database and the tools' data.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import JsonValue
+
 from machine.db.connect import open_engine
+from machine.db.migrate import upgrade
+from machine.db.store import SqlStore
 from machine.engine import Action
 from machine.errors import LockgateError
 from machine.execution_errors import (
@@ -28,93 +39,106 @@ from machine.execution_errors import (
     ExecutionNotFound,
 )
 from machine.tools.notes import NotesSource
-from machine.views import ExecutionView
+from server.keys import ApiKeys
 from simulation.invariants import Violation, check_all, history
 from simulation.scenarios import Scenario, ScenarioFailed
 from simulation.sweep import RunResult
 from simulation.world import CANARY
 from spec import CrashPoint
+from spec import ExecutionStatus as E
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RESTARTS = 3
 
 
 class ProcessKilled(Exception):
-    """The engine process died (SIGKILL at the armed point)."""
+    """The server process died (SIGKILL at the armed point)."""
 
 
-class EngineProcess:
-    def __init__(self, workdir: Path, env: dict[str, str], log: IO[str]) -> None:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """`lockgate serve` in its own process, on a free loopback port."""
+
+    def __init__(self, env: dict[str, str], log: IO[str]) -> None:
+        self.port = _free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simulation.worker"],
+            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
             cwd=ROOT,
             env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
             stderr=log,
-            text=True,
         )
-        self.ready = self._read()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._wait_ready()
 
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=30)
-            raise ProcessKilled(f"the engine process exited with {self.proc.returncode}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def call(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(command) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            self.proc.wait(timeout=30)
-            raise ProcessKilled("the engine process is gone") from None
-        return self._read()
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ProcessKilled(f"the server exited with {self.proc.returncode} at boot")
+            try:
+                if httpx2.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            time.sleep(0.1)  # polling a starting process; the deadline bounds it
+        raise RuntimeError("the server did not become ready within 60 s")
 
     def release(self) -> None:
-        """Make sure the process is gone and its pipes are closed."""
+        """Make sure the process is gone."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGKILL)
+                self.proc.kill()
                 self.proc.wait()
 
 
 _ERRORS: dict[str, Callable[[str, dict[str, Any]], LockgateError]] = {
-    "not_found": lambda eid, e: ExecutionNotFound(execution_id=eid),
-    "forbidden": lambda eid, e: ExecutionForbidden(execution_id=eid),
-    "expired": lambda eid, e: ExecutionExpired(execution_id=eid, deadline=None),
-    "already_settled": lambda eid, e: ExecutionAlreadySettled(
-        execution_id=eid, status=str(e.get("status", "?")), detail="answered remotely"
+    "execution_not_found": lambda eid, e: ExecutionNotFound(execution_id=eid),
+    "execution_forbidden": lambda eid, e: ExecutionForbidden(execution_id=eid),
+    "execution_expired": lambda eid, e: ExecutionExpired(execution_id=eid, deadline=None),
+    "execution_already_settled": lambda eid, e: ExecutionAlreadySettled(
+        execution_id=eid, status="?", detail="answered remotely"
     ),
-    "interrupted": lambda eid, e: ExecutionInterrupted(
+    "execution_interrupted": lambda eid, e: ExecutionInterrupted(
         execution_id=eid, what_ran=e.get("what_ran")
     ),
 }
+_STATUS = {
+    "completed": E.COMPLETED,
+    "waiting_for_interaction": E.WAITING_FOR_INTERACTION,
+    "running": E.RUNNING,
+    "error": E.FAILED,
+}
 
 
-class ProcessClient:
-    """The scenario client, talking to the engine process; the same surface as `Client`."""
+@dataclass(frozen=True)
+class RemoteView:
+    """What a client learns of an execution from the MCP answers."""
 
-    def __init__(self, start: Callable[[], EngineProcess], principal: str = "alice") -> None:
-        self.start = start
-        self.process = start()
-        self.principal = principal
+    id: str
+    status: E
+    result: JsonValue = None
+    error: JsonValue = None
+    what_ran: JsonValue = None
+
+
+class McpClient:
+    """The scenario client over MCP (a new 2025 session per call, as some clients do)."""
+
+    def __init__(self, start: Callable[[], ServerProcess], key: str) -> None:
+        self.start, self.key = start, key
+        self.server = start()
+        self.principal = "sim"
         self.memory: dict[str, Any] = {}
 
     def remember(self, key: str, compute: Any) -> Any:
@@ -122,30 +146,58 @@ class ProcessClient:
             self.memory[key] = compute()
         return self.memory[key]
 
-    def _view(self, command: dict[str, Any]) -> ExecutionView:
-        answer = self.process.call({"principal": self.principal, **command})
-        if "error" in answer:
-            error = answer["error"]
-            make = _ERRORS.get(str(error.get("code")))
-            if make is None:
-                raise ScenarioFailed(f"unexpected error: {error}")
-            raise make(str(command.get("execution_id", "")), error)
-        return ExecutionView.model_validate(answer["view"])
+    def _call(self, tool: str, arguments: dict[str, Any]) -> RemoteView:
+        async def call() -> dict[str, Any]:
+            headers = {"Authorization": f"Bearer {self.key}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+                transport = streamable_http_client(f"{self.server.url}/mcp", http_client=http)
+                async with Client(transport, mode="legacy") as client:
+                    result = await client.call_tool(tool, arguments)
+                    return dict(result.structured_content or {})
 
-    def execute(self, code: str) -> ExecutionView:
-        return self._view({"op": "execute", "code": code})
+        try:
+            answer = asyncio.run(call())
+        except BaseException as exc:  # the server died mid-request: a transport failure
+            if self.server.proc.poll() is None:
+                raise
+            raise ProcessKilled(f"the server died ({self.server.proc.returncode})") from exc
+        status = str(answer.get("status"))
+        eid = str(answer.get("executionId", arguments.get("executionId", "")))
+        if status in _ERRORS:
+            error = answer.get("error")
+            raise _ERRORS[status](eid, error if isinstance(error, dict) else {})
+        if status not in _STATUS:
+            raise ScenarioFailed(f"unexpected answer: {answer}")
+        return RemoteView(
+            id=eid,
+            status=_STATUS[status],
+            result=answer.get("result"),
+            error=answer.get("error"),
+        )
 
-    def resume(self, execution_id: str, action: Action) -> ExecutionView:
-        return self._view({"op": "resume", "execution_id": execution_id, "action": str(action)})
+    def execute(self, code: str) -> RemoteView:
+        return self._call("execute", {"code": code})
 
-    def get(self, execution_id: str) -> ExecutionView:
-        return self._view({"op": "get", "execution_id": execution_id})
+    def resume(self, execution_id: str, action: Action) -> RemoteView:
+        return self._call("resume", {"executionId": execution_id, "action": str(action)})
+
+    def get(self, execution_id: str) -> RemoteView:
+        """The execution as it is: final outcomes that `resume` reports as errors are
+        states here, as the engine's own `get` gives them."""
+        try:
+            return self._call("resume", {"executionId": execution_id})
+        except ExecutionInterrupted as exc:
+            return RemoteView(execution_id, E.INTERRUPTED, what_ran=exc.what_ran)
+        except ExecutionExpired:
+            return RemoteView(execution_id, E.EXPIRED)
+        except ExecutionAlreadySettled:
+            return RemoteView(execution_id, E.CANCELLED)
 
 
 def run_in_process(
     scenario: Scenario, point: CrashPoint | None, database_url: str | None = None
 ) -> RunResult:
-    """One scenario against a real engine process killed at `point`."""
+    """One scenario against a real `lockgate serve` process SIGKILLed at `point`."""
     workdir = Path(tempfile.mkdtemp(prefix="lockgate-simproc-"))
     url = database_url or f"sqlite:///{workdir / 'lockgate.db'}"
     base_env = {
@@ -158,29 +210,31 @@ def run_in_process(
         "PYTHONPATH": str(ROOT),
     }
     for key, value in scenario.settings.items():
-        base_env[f"LOCKGATE_{key.upper()}"] = (
-            str(value).lower() if isinstance(value, bool) else str(value)
-        )
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        base_env[f"LOCKGATE_{key.upper()}"] = text
     base_env.pop("LOCKGATE_CRASH_AT", None)
-    logs = workdir / "engine.log"
+    logs = workdir / "server.log"
     trace: list[str] = []
     kills = 0
-    processes: list[EngineProcess] = []
+    servers: list[ServerProcess] = []
+    engine = open_engine(url)
+    upgrade(engine)
+    key = ApiKeys(SqlStore(engine)).create("sim").secret
 
-    def start() -> EngineProcess:
+    def start() -> ServerProcess:
         env = dict(base_env)
         if point is not None and kills == 0:
             env["LOCKGATE_CRASH_AT"] = point.name
         with open(logs, "a", encoding="utf-8") as log:
-            process = EngineProcess(workdir, env, log)
-        processes.append(process)
-        trace.append(f"engine process {process.proc.pid} up (incarnation {process.ready})")
-        return process
+            server = ServerProcess(env, log)
+        servers.append(server)
+        trace.append(f"server process {server.proc.pid} up on port {server.port}")
+        return server
 
     violations: list[Violation] = []
     fired: list[CrashPoint] = []
     try:
-        client = ProcessClient(start)
+        client = McpClient(start, key)
         for _ in range(MAX_RESTARTS + 1):
             try:
                 scenario.drive(client)  # type: ignore[arg-type]
@@ -191,23 +245,20 @@ def run_in_process(
                 trace.append(f"KILLED (SIGKILL) at {point.name if point else '?'}: {killed}")
                 if point is not None:
                     fired.append(point)
-                client.process = start()
-        client.process.stop()
-        engine = open_engine(url)
-        try:
-            effects = NotesSource(workdir / "notes").effects()
-            violations += check_all(
-                engine, effects, logs.read_text(encoding="utf-8").splitlines(), CANARY
-            )
-            if violations:
-                trace += ["persisted transitions:", *history(engine, [])]
-        finally:
-            engine.dispose()
+                client.server = start()
+        for server in servers:
+            server.release()
+        effects = NotesSource(workdir / "notes").effects()
+        server_logs = logs.read_text(encoding="utf-8").splitlines()
+        violations += check_all(engine, effects, server_logs, CANARY)
+        if violations:
+            trace += ["persisted transitions:", *history(engine, [])]
     except ScenarioFailed as failed:
         violations.append(Violation("the client gets only legitimate answers", str(failed)))
     finally:
-        for process in processes:
-            process.release()
+        for server in servers:
+            server.release()
+        engine.dispose()
         shutil.rmtree(workdir, ignore_errors=True)
     return RunResult(
         scenario=scenario.name,

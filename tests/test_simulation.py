@@ -67,7 +67,7 @@ def test_every_catalog_scenario_runs_clean_without_faults() -> None:
 
 
 @pytest.mark.slow
-def test_a_real_engine_process_killed_at_a_point_recovers() -> None:
+def test_a_real_server_process_killed_at_a_point_recovers() -> None:
     point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
     result = run_in_process(by_name("approval_accepted"), point)
     assert result.fired == [point]
