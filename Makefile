@@ -1,5 +1,5 @@
 # The two commands a fresh machine needs (Python 3.11+ and make):
-#   make run    set up .venv, then run Lockgate
+#   make run    set up .venv, then run the Lockgate server on 127.0.0.1:8000 (SQLite)
 #   make test   set up .venv, then run the whole test suite
 # Both create the virtualenv at .venv on first use and reuse it afterwards.
 
@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck check system-deps clean
+.PHONY: run test diagrams lint typecheck check system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Graphviz's `dot` renders the SVG diagrams. Installed from the system's packages when absent.
+# Graphviz's `dot` renders the SVG diagrams (`make diagrams`). Installed from the system's
+# packages when absent.
 system-deps:
 	@command -v dot >/dev/null 2>&1 || { \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -26,10 +27,11 @@ system-deps:
 	    echo "Graphviz is needed for the SVG diagrams: install it (it provides 'dot')." >&2; exit 2; \
 	  fi; }
 
-run: $(STAMP) system-deps
-	$(BIN)/lockgate spec check
+run: $(STAMP)
+	$(BIN)/lockgate serve
+
+diagrams: $(STAMP) system-deps
 	$(BIN)/lockgate diagrams
-	$(BIN)/lockgate model-check
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

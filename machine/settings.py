@@ -106,8 +106,9 @@ class Settings(BaseSettings):
         "'mcp.example.com,mcp.example.com:*'); loopback names are always accepted.",
     )
     notes_dir: Path | None = Field(
-        default=None,
-        description="Where the built-in notes tool source keeps its data (in memory if unset).",
+        default=Path("lockgate-notes"),
+        description="Where the built-in notes tool source (a demo and test tool) keeps its "
+        "notes and its effect log.",
     )
 
     @field_validator(
