@@ -163,7 +163,13 @@ class Engine:
 
     # -- starting ----------------------------------------------------------------------------
 
-    def _new_execution(self, principal_id: str, code: str, session_id: str | None) -> Execution:
+    def _new_execution(
+        self,
+        principal_id: str,
+        code: str,
+        session_id: str | None,
+        origin_request: str | None = None,
+    ) -> Execution:
         if not code.strip():
             raise InvalidExecutionInput("The code is empty: send the Python code to run.")
         if len(code) > self.settings.max_code_chars:
@@ -176,6 +182,7 @@ class Engine:
             id=uuid.uuid4().hex,
             principal_id=principal_id,
             session_id=session_id,
+            origin_request=origin_request,
             status=E.PENDING.value,
             code=code,
             created_at=now,
@@ -188,10 +195,17 @@ class Engine:
         self.write.store.commit([], [row])  # a new row in its initial state, no transition
         return row.id
 
-    def begin(self, principal_id: str, code: str, session_id: str | None = None) -> Record:
+    def begin(
+        self,
+        principal_id: str,
+        code: str,
+        session_id: str | None = None,
+        origin_request: str | None = None,
+    ) -> Record:
         """Store a new execution claimed by this instance in the same transaction (no other
-        instance can take it in between). `carry_on` runs it."""
-        row = self._new_execution(principal_id, code, session_id)
+        instance can take it in between). `carry_on` runs it. `origin_request` names the
+        request that started it, so a lost answer can say what became of it."""
+        row = self._new_execution(principal_id, code, session_id, origin_request)
         ex = record_of(row)
         self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
         return ex

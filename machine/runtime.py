@@ -27,9 +27,11 @@ from machine.policy import Policy
 from machine.recovery import Recovery, RecoveryReport
 from machine.sandbox import Sandbox, SandboxLimits
 from machine.secrets import EnvironmentSecrets, SecretStore
+from machine.sessions import Sessions
 from machine.settings import Settings
 from machine.tools.notes import NotesSource
 from machine.tools.registry import ToolRegistry, ToolSource
+from spec.session_lease import LeasePolicy
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -68,6 +70,7 @@ class Runtime:
     sandbox: Sandbox
     sources: list[ToolSource]
     registry: ToolRegistry
+    sessions: Sessions
     boot_report: RecoveryReport | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -124,6 +127,11 @@ class Runtime:
         )
         lease.register()
         placeholder.owner = lease.id
+        policy = LeasePolicy(
+            idle_timeout=settings.session_idle_timeout,
+            lease=settings.session_lease,
+            cap=settings.session_cap,
+        )
         return cls(
             settings=settings,
             engine=placeholder,
@@ -132,6 +140,7 @@ class Runtime:
             sandbox=sandbox,
             sources=chosen,
             registry=registry,
+            sessions=Sessions(placeholder, lease, policy),
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:
@@ -143,8 +152,10 @@ class Runtime:
             log.error("this instance was declared dead by another; it stops working")
             return RecoveryReport()
         report = self.recovery.run()
+        self.sessions.recover()
         if sweep:
             self.engine.expire_due()
+            self.sessions.sweep()
         return report
 
     def start(self, *, background: bool = True) -> RecoveryReport:

@@ -105,6 +105,31 @@ class Settings(BaseSettings):
         description="Extra Host header values accepted on /mcp, comma-separated (e.g. "
         "'mcp.example.com,mcp.example.com:*'); loopback names are always accepted.",
     )
+    session_idle_timeout: timedelta = Field(
+        default=timedelta(minutes=5),
+        description="An MCP session with nothing in flight is destroyed after this much "
+        "inactivity (its executions are untouched).",
+    )
+    session_lease: timedelta = Field(
+        default=timedelta(minutes=4),
+        description="How long one extension keeps a session with work in flight alive.",
+    )
+    session_cap: timedelta = Field(
+        default=timedelta(minutes=15),
+        description="No session is kept longer than this after its last activity.",
+    )
+    response_deadline_secs: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request not answered within this is answered with JSON-RPC error "
+        "-32010 (request lost) saying what became of its execution.",
+    )
+    sse_retry_ms: int = Field(
+        default=3000,
+        ge=100,
+        description="Reconnection delay suggested to clients on SSE streams; a client that "
+        "reconnects after a restart collects the -32010 report for what it lost.",
+    )
     notes_dir: Path | None = Field(
         default=Path("lockgate-notes"),
         description="Where the built-in notes tool source (a demo and test tool) keeps its "
@@ -112,7 +137,14 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "approval_ttl", "lease_ttl", "heartbeat_interval", "sweep_interval", mode="before"
+        "approval_ttl",
+        "lease_ttl",
+        "heartbeat_interval",
+        "sweep_interval",
+        "session_idle_timeout",
+        "session_lease",
+        "session_cap",
+        mode="before",
     )
     @classmethod
     def _seconds(cls, value: object) -> object:

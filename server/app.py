@@ -22,11 +22,14 @@ from machine.runtime import Runtime
 from machine.settings import Settings
 from server.approval_page import ApprovalSurface
 from server.approval_tokens import ApprovalTokens
-from server.auth import ASGIApp, BearerAuth, Receive, Scope, Send, SessionOwners, json_rpc_error
+from server.auth import ASGIApp, BearerAuth, Receive, Scope, Send, json_rpc_error
+from server.durable_sessions import DurableSessionManager
+from server.event_store import MemoryEventStore
 from server.keys import ApiKeys
 from server.mcp_server import LockgateMCP
 from server.operations import Metrics, operations_router, timed
 from server.runner import ExecutionRunner
+from server.session_gate import DrainSignal, SessionGate
 
 log = logging.getLogger("lockgate.server")
 
@@ -60,9 +63,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     approvals = ApprovalSurface(runtime, runner, keys, ApprovalTokens(runtime.engine.store))
     mcp = LockgateMCP(runner, runtime.registry, approvals.approval_url, settings.max_code_chars)
     extra_hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
-    mcp.server.streamable_http_app(
-        streamable_http_path="/mcp",
-        transport_security=TransportSecuritySettings(
+    session_manager = DurableSessionManager(
+        mcp.server,
+        runtime.sessions,
+        event_store=MemoryEventStore(),
+        security_settings=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*LOOPBACK_HOSTS, *extra_hosts],
             allowed_origins=[
@@ -72,9 +77,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 *(f"http://{h}" for h in extra_hosts),
             ],
         ),
+        retry_interval=settings.sse_retry_ms,
+        # The row is the session; this only bounds how long an idle one stays in memory.
+        session_idle_timeout=settings.session_cap.total_seconds(),
         max_request_body_size=settings.max_request_bytes,
     )
-    session_manager = mcp.server.session_manager
+    drain = DrainSignal()
     ready = threading.Event()
     metrics = Metrics(runtime)
 
@@ -91,6 +99,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 yield
             finally:
                 # SIGTERM: stop taking work, let running calls finish, record a clean stop.
+                drain.trigger()
                 await to_thread.run_sync(runtime.drain)
                 await to_thread.run_sync(runner.close)
                 await to_thread.run_sync(runtime.close)
@@ -99,6 +108,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         title="Lockgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.runtime = runtime
+    app.state.drain = drain
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Any) -> Any:
@@ -106,9 +116,13 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     app.include_router(operations_router(runtime, metrics, ready))
     app.include_router(approvals.router())
-    owners = SessionOwners()
-    mcp_endpoint = WhenReady(
-        BearerAuth(StreamableHTTPASGIApp(session_manager), keys, owners), ready
+    gate = SessionGate(
+        StreamableHTTPASGIApp(session_manager),
+        runtime.sessions,
+        deadline=settings.response_deadline_secs,
+        drain=drain,
+        held=lambda session_id: session_id in session_manager._server_instances,
     )
+    mcp_endpoint = WhenReady(BearerAuth(gate, keys), ready)
     app.add_route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]
     return app

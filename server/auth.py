@@ -1,14 +1,13 @@
-"""Bearer API keys in front of /mcp: who is calling, and may they use this session.
+"""Bearer API keys in front of /mcp: who is calling.
 
-A missing or unknown key gets 401 with `WWW-Authenticate`; a session id created by another
-principal gets 403. Errors are JSON-RPC error bodies so MCP clients report them as such.
-The principal is handed to the tool handlers through `current_principal`.
+A missing or unknown key gets 401 with `WWW-Authenticate` (a session id of another principal
+gets 403 from the session gate). Errors are JSON-RPC error bodies so MCP clients report them
+as such. The principal is handed to the tool handlers through `current_principal`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
@@ -63,25 +62,9 @@ def header(scope: Scope, wanted: bytes) -> str | None:
     return None
 
 
-class SessionOwners:
-    """Which principal opened each MCP session this process serves."""
-
-    def __init__(self) -> None:
-        self._owners: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def owner(self, session_id: str) -> str | None:
-        with self._lock:
-            return self._owners.get(session_id)
-
-    def record(self, session_id: str, principal: str) -> None:
-        with self._lock:
-            self._owners.setdefault(session_id, principal)
-
-
 class BearerAuth:
-    def __init__(self, app: ASGIApp, keys: ApiKeys, owners: SessionOwners) -> None:
-        self.app, self.keys, self.owners = app, keys, owners
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,28 +85,10 @@ class BearerAuth:
                 ((b"www-authenticate", f'Bearer realm="lockgate", error="{reason}"'.encode()),),
             )
             return
-        session_id = header(scope, b"mcp-session-id")
-        if session_id is not None:
-            owner = self.owners.owner(session_id)
-            if owner is not None and owner != principal:
-                await json_rpc_error(
-                    send,
-                    403,
-                    FORBIDDEN_SESSION,
-                    "This session belongs to another principal; open your own session.",
-                )
-                return
         scope.setdefault("state", {})["principal"] = principal
         token_var = current_principal.set(principal)
 
-        async def send_and_record(message: Message) -> None:
-            if message["type"] == "http.response.start" and session_id is None:
-                for name, value in message.get("headers", []):
-                    if name.lower() == b"mcp-session-id":
-                        self.owners.record(value.decode("latin-1"), principal)
-            await send(message)
-
         try:
-            await self.app(scope, receive, send_and_record)
+            await self.app(scope, receive, send)
         finally:
             current_principal.reset(token_var)

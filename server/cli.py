@@ -265,13 +265,24 @@ def serve(
         )
     else:
         typer.echo("Connect with  Authorization: Bearer <API key>  (`lockgate keys create`).")
-    uvicorn.run(
+    drain = application.state.drain
+
+    class DrainingServer(uvicorn.Server):
+        """SIGTERM starts the drain at once: open requests are answered or reported before
+        uvicorn's graceful wait, instead of holding it up."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            drain.trigger()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
         log_config=None,
         timeout_graceful_shutdown=30,
     )
+    DrainingServer(config).run()
 
 
 def _keys_for(settings: Any) -> Any:

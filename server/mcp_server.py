@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from machine.engine import Action
 from machine.errors import LockgateError
+from machine.sessions import request_key
 from machine.tools.registry import ToolRegistry
 from machine.views import ExecutionView
 from server import shapes
@@ -155,7 +156,12 @@ class LockgateMCP:
                         f"The code is {len(args.code)} characters long; the limit is "
                         f"{self.max_code_chars}."
                     )
-                outcome = await self.runner.execute(principal, args.code, session_id)
+                origin = (
+                    request_key(session_id, ctx.request_id)
+                    if session_id and ctx.request_id is not None
+                    else None
+                )
+                outcome = await self.runner.execute(principal, args.code, session_id, origin)
                 return await self._shape(outcome)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)

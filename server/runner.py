@@ -42,10 +42,10 @@ class ExecutionRunner:
         return future.result()
 
     async def execute(
-        self, principal: str, code: str, session_id: str | None
+        self, principal: str, code: str, session_id: str | None, origin: str | None = None
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
-        claimed = await to_thread.run_sync(engine.begin, principal, code, session_id)
+        claimed = await to_thread.run_sync(engine.begin, principal, code, session_id, origin)
         return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id)
 
     async def resume(

@@ -85,6 +85,9 @@ class Execution(SQLModel, table=True):
     id: str = Field(primary_key=True, max_length=64)
     principal_id: str = Field(max_length=64)
     session_id: str | None = Field(default=None, max_length=128, index=True)
+    #: "<session id>:<JSON-RPC id>" of the request that started it, so a lost answer to that
+    #: request can say what became of the execution.
+    origin_request: str | None = Field(default=None, max_length=300, index=True)
     status: str = Field(max_length=32)
     version: int = 0
     #: The instance id holding it while running; None otherwise.
@@ -149,10 +152,13 @@ class Session(SQLModel, table=True):
 class OwedRequest(SQLModel, table=True):
     __tablename__ = "owed_requests"
 
-    id: str = Field(primary_key=True, max_length=200)
+    id: str = Field(primary_key=True, max_length=300)
     session_id: str = Field(max_length=128, index=True)
     #: The JSON-RPC id as JSON (a string or a number).
     request_id: JsonValue = Field(sa_column=_json(nullable=False))
+    method: str = Field(
+        default="", sa_column=Column(String(100), nullable=False, server_default="")
+    )
     status: str = Field(max_length=32, index=True)
     version: int = 0
     incarnation: int

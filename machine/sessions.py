@@ -1,0 +1,352 @@
+"""Durable MCP sessions and the owed-request ledger: the step-function core.
+
+The HTTP layer (server/session_gate.py) and the simulator drive the same methods, so the
+simulator crashes exactly the code that serves clients. Every status change goes through
+the write path; in-memory state is a cache (how many requests are in flight here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import JsonValue
+from sqlmodel import col, func, select
+
+from machine.db.schema import Execution, Instance, OwedRequest, Session
+from machine.engine import Engine
+from machine.errors import Conflict, GuardRefused, IllegalTransition
+from machine.instances import InstanceLease
+from machine.records import Record
+from machine.write_path import Step
+from spec import ExecutionStatus as E
+from spec import InstanceStatus, OwedRequestStatus, SessionStatus
+from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
+
+log = logging.getLogger("lockgate.sessions")
+
+#: JSON-RPC code of "the server lost this request" (implementation-defined range).
+REQUEST_LOST = -32010
+_LIVE_SESSION = (SessionStatus.ACTIVE.value, SessionStatus.IDLE.value)
+_STALE = (Conflict, GuardRefused, IllegalTransition)
+
+
+def _record(row: Session | OwedRequest) -> Record:
+    machine = "session" if isinstance(row, Session) else "owed_request"
+    return Record(machine, row.id, row.status, row.version, row.model_dump())
+
+
+def request_key(session_id: str, request_id: JsonValue) -> str:
+    """One id for (session, JSON-RPC id): numbers and strings stay distinct."""
+    return f"{session_id}:{request_id!r}"
+
+
+class Sessions:
+    def __init__(self, engine: Engine, lease: InstanceLease, policy: LeasePolicy) -> None:
+        self.engine, self.lease, self.policy = engine, lease, policy
+        self.store, self.write = engine.store, engine.write
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.engine.clock
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> Session | None:
+        with self.store.session() as s:
+            return s.get(Session, session_id)
+
+    def open(
+        self,
+        session_id: str,
+        principal: str,
+        protocol_version: str,
+        client_info: JsonValue,
+        capabilities: JsonValue,
+    ) -> Session:
+        """Record a session whose `initialize` this incarnation is answering (so active)."""
+        now = self.clock()
+        row = Session(
+            id=session_id,
+            principal_id=principal,
+            status=SessionStatus.ACTIVE.value,
+            protocol_version=protocol_version,
+            client_info=client_info,
+            capabilities=capabilities,
+            incarnation=self.lease.incarnation,
+            last_activity=now,
+            created_at=now,
+        )
+        self.store.commit([], [row])
+        with self._lock:
+            self._in_flight[session_id] = 1
+        return row
+
+    def begin_request(self, session_id: str) -> None:
+        """A request arrived: the session is active while any is in flight here."""
+        with self._lock:
+            count = self._in_flight.get(session_id, 0)
+            self._in_flight[session_id] = count + 1
+        if count:
+            return
+        row = self.get(session_id)
+        if row is None or row.status != SessionStatus.IDLE:
+            return
+        # Another request or instance may have moved it; activity is recorded either way.
+        with contextlib.suppress(*_STALE):
+            self.write.apply(
+                Step(_record(row), "begin_request", data={"incarnation": self.lease.incarnation})
+            )
+
+    def end_request(self, session_id: str) -> None:
+        with self._lock:
+            count = self._in_flight.get(session_id, 1) - 1
+            if count > 0:
+                self._in_flight[session_id] = count
+                return
+            self._in_flight.pop(session_id, None)
+        row = self.get(session_id)
+        if row is None or row.status != SessionStatus.ACTIVE:
+            return
+        with contextlib.suppress(*_STALE):
+            self.write.apply(Step(_record(row), "end_request"))
+
+    def close(self, session_id: str) -> bool:
+        """DELETE: the session ends; its executions are untouched."""
+        row = self.get(session_id)
+        if row is None or row.status not in _LIVE_SESSION:
+            return False
+        try:
+            self.write.apply(Step(_record(row), "close"))
+        except _STALE:
+            return False
+        self._abandon_reports(session_id)
+        return True
+
+    def live(self, session_id: str) -> Session | None:
+        row = self.get(session_id)
+        return row if row is not None and row.status in _LIVE_SESSION else None
+
+    # -- the lease -----------------------------------------------------------------------------
+
+    def _owed_here(self, session_id: str) -> int:
+        """Requests this incarnation still owes on the session (stale rows never count)."""
+        with self.store.session() as s:
+            count = s.exec(
+                select(func.count()).where(
+                    OwedRequest.session_id == session_id,
+                    OwedRequest.status == OwedRequestStatus.OWED,
+                    OwedRequest.incarnation == self.lease.incarnation,
+                )
+            ).one()
+        return int(count)
+
+    def sweep(self) -> list[str]:
+        """Apply the lease decision to every live session; returns the destroyed ids."""
+        with self.store.session() as s:
+            rows = list(s.exec(select(Session).where(col(Session.status).in_(_LIVE_SESSION))))
+        destroyed = []
+        now = self.clock()
+        for row in rows:
+            counts = self.engine.live_counts(session_id=row.id)
+            decision = decide_session_alarm(
+                now,
+                row.last_activity,
+                counts["running"],
+                counts["paused"],
+                self._owed_here(row.id),
+                self.policy,
+            )
+            if decision.alarm is not Alarm.DESTROY:
+                continue
+            try:
+                self.write.apply(
+                    Step(_record(row), "destroy", {"lease_decision": decision.alarm.value})
+                )
+            except _STALE:
+                continue
+            self._abandon_reports(row.id)
+            destroyed.append(row.id)
+        return destroyed
+
+    # -- the ledger ----------------------------------------------------------------------------
+
+    def owe(
+        self, session_id: str, request_id: JsonValue, method: str, execution_id: str | None
+    ) -> Record:
+        """Record that this incarnation owes an answer to `request_id` on the session."""
+        row = OwedRequest(
+            id=uuid.uuid4().hex,
+            session_id=session_id,
+            request_id=request_id,
+            method=method,
+            status=OwedRequestStatus.OWED.value,
+            incarnation=self.lease.incarnation,
+            execution_id=execution_id,
+            created_at=self.clock(),
+        )
+        self.store.commit([], [row])
+        return _record(row)
+
+    def answered(self, owed: Record) -> None:
+        """The response was written: consume the entry (effect first, then the commit)."""
+        with contextlib.suppress(*_STALE):
+            self.write.apply(Step(owed, "answer"), effect=lambda: True)
+
+    def lose(self, owed: Record) -> None:
+        """No answer will come on this stream (closed, deadline passed, draining)."""
+        with contextlib.suppress(*_STALE):
+            self.write.apply(Step(owed, "lose"))
+
+    def reported(self, lost: Record) -> None:
+        """The -32010 error was written: the entry is settled."""
+        with contextlib.suppress(*_STALE):
+            self.write.apply(Step(lost, "report"), effect=lambda: True)
+
+    def _abandon_reports(self, session_id: str) -> None:
+        for row in self._rows(session_id, OwedRequestStatus.LOST):
+            try:
+                self.write.apply(Step(_record(row), "abandon", {"session_ended": True}))
+            except _STALE:
+                continue
+
+    def _rows(self, session_id: str, status: OwedRequestStatus) -> list[OwedRequest]:
+        with self.store.session() as s:
+            return list(
+                s.exec(
+                    select(OwedRequest).where(
+                        OwedRequest.session_id == session_id, OwedRequest.status == status
+                    )
+                )
+            )
+
+    def lost_reports(self, session_id: str) -> list[tuple[Record, dict[str, JsonValue]]]:
+        """Entries of the session to report now, each with its JSON-RPC error body. Entries
+        still owed by a dead incarnation are declared lost first (the GET may arrive before
+        the periodic recovery runs)."""
+        self._lose_orphans(session_id)
+        return [
+            (_record(row), self.lost_error(row))
+            for row in self._rows(session_id, OwedRequestStatus.LOST)
+        ]
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def _dead_incarnations(self) -> set[int]:
+        """Incarnations that hold no lease any more."""
+        now = self.clock()
+        with self.store.session() as s:
+            rows = list(s.exec(select(Instance.incarnation, Instance.status, Instance.lease_until)))
+        alive = (InstanceStatus.LIVE, InstanceStatus.DRAINING)
+        return {inc for inc, status, until in rows if status not in alive or until <= now}
+
+    def _lose_orphans(self, session_id: str | None = None) -> int:
+        dead = self._dead_incarnations() - {self.lease.incarnation}
+        if not dead:
+            return 0
+        with self.store.session() as s:
+            query = select(OwedRequest).where(
+                OwedRequest.status == OwedRequestStatus.OWED,
+                col(OwedRequest.incarnation).in_(dead),
+            )
+            if session_id is not None:
+                query = query.where(OwedRequest.session_id == session_id)
+            rows = list(s.exec(query))
+        lost = 0
+        for row in rows:
+            try:
+                self.write.apply(Step(_record(row), "lose_in_crash"))
+                lost += 1
+            except _STALE:
+                continue
+        return lost
+
+    def recover(self) -> int:
+        """Sessions left active by a dead incarnation go idle; what it owed is lost (to be
+        reported on the session's next GET)."""
+        dead = self._dead_incarnations() - {self.lease.incarnation}
+        released = 0
+        if dead:
+            with self.store.session() as s:
+                rows = list(
+                    s.exec(
+                        select(Session).where(
+                            Session.status == SessionStatus.ACTIVE,
+                            col(Session.incarnation).in_(dead),
+                        )
+                    )
+                )
+            for row in rows:
+                try:
+                    self.write.apply(Step(_record(row), "release"))
+                    released += 1
+                except _STALE:
+                    continue
+        return released + self._lose_orphans()
+
+    # -- what became of the request --------------------------------------------------------------
+
+    def _execution_of(self, row: OwedRequest) -> Execution | None:
+        with self.store.session() as s:
+            if row.execution_id is not None:
+                return s.get(Execution, row.execution_id)
+            origin = request_key(row.session_id, row.request_id)
+            return s.exec(select(Execution).where(Execution.origin_request == origin)).first()
+
+    def lost_error(self, row: OwedRequest) -> dict[str, JsonValue]:
+        """The -32010 error for a lost request: what became of its execution, and what to
+        do next. Re-executing is suggested only when nothing ran."""
+        execution = self._execution_of(row)
+        data: dict[str, JsonValue] = {"requestMethod": row.method}
+        if execution is None:
+            data["executionId"] = None
+            data["next"] = "re-execute"
+            data["hint"] = (
+                "The server stopped before this request started any execution: nothing ran. "
+                "Send it again."
+            )
+        else:
+            status = execution.status
+            data["executionId"] = execution.id
+            data["status"] = status
+            if status in (E.PENDING, E.RUNNING):
+                data["next"] = "wait"
+                data["hint"] = (
+                    "The execution was recovered and is running again: call `resume` with this "
+                    "executionId and no action to get its result."
+                )
+            elif status == E.WAITING_FOR_INTERACTION:
+                data["next"] = "resume"
+                data["hint"] = (
+                    "The execution is paused for approval: call `resume` with this executionId "
+                    "and action accept, decline or cancel."
+                )
+            elif status == E.INTERRUPTED:
+                data["whatRan"] = execution.what_ran
+                data["next"] = "check"
+                data["hint"] = (
+                    "The execution was interrupted; whatRan names the calls that ran and the "
+                    "call in doubt. Check it before running the code again."
+                )
+            else:
+                data["next"] = "fetch"
+                data["hint"] = (
+                    f"The execution is {status}: call `resume` with this executionId and no "
+                    "action to read its outcome."
+                )
+        return {
+            "jsonrpc": "2.0",
+            "id": row.request_id,
+            "error": {
+                "code": REQUEST_LOST,
+                "message": "The server lost this request (it restarted or the stream broke) "
+                "before answering it.",
+                "data": data,
+            },
+        }

@@ -1,0 +1,108 @@
+"""The SDK's session manager, with sessions that outlive the process.
+
+The SDK keeps 2025-protocol sessions in a dict and answers 404 for any id it does not hold,
+so a restart (or another instance) would lose every session. This subclass keeps the SDK for
+everything protocol and replaces only that lookup: an id the process does not hold, but whose
+row is live, is revived — a new transport under the same id, driven by the SDK's own loop on
+a connection whose initialize state is restored from the row, so the client needs no new
+`initialize`. Unknown, expired or closed ids still get the SDK's 404.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from anyio import to_thread
+from anyio.abc import TaskStatus
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.transport_context import TransportContext
+from mcp_types import ClientCapabilities, Implementation, InitializeRequestParams
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from machine.db.schema import Session
+from machine.sessions import Sessions
+
+log = logging.getLogger("lockgate.sessions")
+
+
+def restored_params(row: Session) -> InitializeRequestParams:
+    """The client's initialize parameters, as stored when the session opened."""
+    try:
+        info = Implementation.model_validate(row.client_info)
+    except ValidationError:
+        info = Implementation(name="unknown", version="0")
+    try:
+        capabilities = ClientCapabilities.model_validate(row.capabilities or {})
+    except ValidationError:
+        capabilities = ClientCapabilities()
+    return InitializeRequestParams(
+        protocol_version=row.protocol_version, capabilities=capabilities, client_info=info
+    )
+
+
+class DurableSessionManager(StreamableHTTPSessionManager):
+    def __init__(self, app: Any, sessions: Sessions, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.sessions = sessions
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session_id = Request(scope, receive).headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is not None and session_id not in self._server_instances:
+            row = await to_thread.run_sync(self.sessions.live, session_id)
+            if row is not None:
+                await self._revive(row)
+        await super()._handle_stateful_request(scope, receive, send)
+
+    async def _revive(self, row: Session) -> None:
+        async with self._session_creation_lock:
+            if row.id in self._server_instances:
+                return  # revived by a concurrent request
+            transport = StreamableHTTPServerTransport(
+                mcp_session_id=row.id,
+                is_json_response_enabled=self.json_response,
+                event_store=self.event_store,
+                security_settings=self.security_settings,
+                retry_interval=self.retry_interval,
+                idle_timeout=self.session_idle_timeout,
+            )
+            self._server_instances[row.id] = transport
+            params = restored_params(row)
+
+            async def run_server(
+                *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+            ) -> None:
+                async with transport.connect() as (read_stream, write_stream):
+                    task_status.started()
+                    try:
+                        idle_scope = transport.idle_scope or anyio.CancelScope()
+                        with idle_scope:
+                            dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
+                                read_stream, write_stream, inline_methods=frozenset({"initialize"})
+                            )
+                            connection = Connection.for_loop(dispatcher, session_id=row.id)
+                            # The handshake happened with an earlier incarnation: restore it.
+                            connection.client_params = params
+                            connection.protocol_version = row.protocol_version
+                            connection.initialized.set()
+                            await serve_connection(
+                                self.app,
+                                dispatcher,
+                                connection=connection,
+                                lifespan_state=self._lifespan_state,
+                            )
+                    except Exception:
+                        log.exception("revived session %s crashed", row.id)
+                    finally:
+                        await self._discard_session(row.id, transport)
+
+            assert self._task_group is not None
+            await self._task_group.start(run_server)
+            log.info("revived session %s from its row", row.id)

@@ -1,0 +1,388 @@
+"""In front of the MCP transport: durable sessions and the owed-request ledger.
+
+For a 2025-protocol session this layer
+- records the session when its `initialize` succeeds, and refuses (403) a session id that
+  belongs to another principal;
+- records every request id a POST owes, consumes it when the response passes through, and,
+  when the stream ends without it (or the response deadline passes, or the server drains),
+  writes a JSON-RPC error -32010 for the id, saying what became of its execution;
+- answers a GET on the session with the ids an earlier incarnation lost, then closes it.
+
+Bytes are passed through untouched: on the happy path the client receives exactly what the
+SDK wrote. Stateless 2026-07-28 requests have no session and pass straight through.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio import to_thread
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import JsonValue
+
+from machine.records import Record
+from machine.sessions import Sessions
+from server.auth import FORBIDDEN_SESSION, Message, Receive, Scope, Send, header, json_rpc_error
+
+log = logging.getLogger("lockgate.ledger")
+
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def sse_event(message: dict[str, JsonValue]) -> bytes:
+    return f"event: message\r\ndata: {json.dumps(message)}\r\n\r\n".encode()
+
+
+def _messages_in(chunk: bytes, buffer: bytearray) -> list[Any]:
+    """JSON-RPC messages in SSE events completed by `chunk` (partial events stay buffered)."""
+    buffer.extend(chunk)
+    text = buffer.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    *complete, rest = text.split("\n\n")
+    buffer[:] = rest.encode()
+    found = []
+    for event in complete:
+        data = "\n".join(
+            line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")
+        )
+        if data:
+            try:
+                found.append(json.loads(data))
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def _answers(message: Any, request_id: JsonValue) -> bool:
+    return (
+        isinstance(message, dict)
+        and message.get("id") == request_id
+        and ("result" in message or "error" in message)
+    )
+
+
+class DrainSignal:
+    """Set once the process starts draining (SIGTERM); waited on by open requests."""
+
+    def __init__(self) -> None:
+        self.flag = threading.Event()
+
+    def trigger(self) -> None:
+        self.flag.set()
+
+    async def wait(self) -> None:
+        # The flag is set from a signal handler's thread; a short poll keeps this free of
+        # loop plumbing and costs nothing measurable next to a request's lifetime.
+        while not self.flag.is_set():
+            await anyio.sleep(0.1)
+
+
+class OwedResponse:
+    """Watches one POST's response for the answer it owes; reports it lost otherwise."""
+
+    def __init__(self, sessions: Sessions, owed: Record, request_id: JsonValue, send: Send) -> None:
+        self.sessions, self.owed, self.request_id, self._send = sessions, owed, request_id, send
+        self.started = False
+        self.finished = False
+        self.sse = False
+        self.settled = False
+        self.client_gone = False
+        self.status = 0
+        self._buffer = bytearray()
+        self._json = bytearray()
+        self._lock = anyio.Lock()
+
+    async def send(self, message: Message) -> None:
+        async with self._lock:
+            if self.finished:
+                return  # we already ended this response (deadline or drain)
+            if message["type"] == "http.response.start":
+                self.started = True
+                self.status = int(message["status"])
+                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+                self.sse = content_type.startswith(b"text/event-stream")
+                await self._send(message)
+                return
+            if message["type"] != "http.response.body":
+                await self._send(message)
+                return
+            body: bytes = message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if not more and not self.settled and self.sse and self.status < 400:
+                # The stream is ending without our answer: report the id lost first.
+                await self._report_locked(final=False)
+            await self._send(message)
+            if not more:
+                self.finished = True
+            if self.settled:
+                return
+            answered = False
+            if self.sse:
+                answered = any(
+                    _answers(m, self.request_id) for m in _messages_in(body, self._buffer)
+                )
+            else:
+                self._json.extend(body)
+                if not more:
+                    answered = self.status >= 400 or _answers(self._parse_json(), self.request_id)
+            if answered:
+                self.settled = True
+                await to_thread.run_sync(self.sessions.answered, self.owed)
+
+    def _parse_json(self) -> Any:
+        try:
+            return json.loads(self._json)
+        except json.JSONDecodeError:
+            return None
+
+    async def _report_locked(self, *, final: bool) -> None:
+        """Write -32010 for the owed id (then mark it reported), ending the response when
+        `final`. If the client is gone, it stays lost, for the session's next GET."""
+        await to_thread.run_sync(self.sessions.lose, self.owed)
+        self.settled = True
+        if self.client_gone:
+            return
+        error = await to_thread.run_sync(self._lost_error)
+        if not self.started:
+            body = json.dumps(error).encode()
+            await self._send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            self.finished = True
+        else:
+            await self._send(
+                {"type": "http.response.body", "body": sse_event(error), "more_body": not final}
+            )
+            if final:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+                self.finished = True
+        await to_thread.run_sync(self.sessions.reported, self.owed)
+
+    def _lost_error(self) -> dict[str, JsonValue]:
+        from machine.db.schema import OwedRequest
+
+        with self.sessions.store.session() as s:
+            row = s.get(OwedRequest, self.owed.id)
+        assert row is not None
+        return self.sessions.lost_error(row)
+
+    async def give_up(self) -> None:
+        """The deadline passed or the server drains: answer -32010 and end the response."""
+        async with self._lock:
+            if self.settled or self.finished:
+                return
+            if self.started and not self.sse:
+                # A JSON response is under way and cannot take a second message.
+                await to_thread.run_sync(self.sessions.lose, self.owed)
+                self.settled = True
+                return
+            await self._report_locked(final=True)
+
+
+class SessionGate:
+    def __init__(
+        self,
+        app: ASGIApp,
+        sessions: Sessions,
+        *,
+        deadline: float,
+        drain: DrainSignal,
+        held: Callable[[str], bool],
+    ) -> None:
+        self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
+        #: Whether the transport holds a session in memory (else a DELETE is ours to answer).
+        self.held = held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        version = header(scope, b"mcp-protocol-version")
+        stateless = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        if scope["type"] != "http" or stateless:
+            await self.app(scope, receive, send)
+            return
+        principal = scope.get("state", {}).get("principal")
+        session_id = header(scope, b"mcp-session-id")
+        row = None
+        if session_id is not None:
+            row = await to_thread.run_sync(self.sessions.get, session_id)
+            if row is not None and row.principal_id != principal:
+                await json_rpc_error(
+                    send,
+                    403,
+                    FORBIDDEN_SESSION,
+                    "This session belongs to another principal; open your own session.",
+                )
+                return
+        live = row is not None and row.status in ("active", "idle")
+        method = scope["method"]
+        if method == "GET" and session_id is not None and live:
+            if await self._report_lost(session_id, send):
+                return
+            await self._until_drained(self.app, scope, receive, send)
+        elif method == "DELETE" and session_id is not None and live:
+            await to_thread.run_sync(self.sessions.close, session_id)
+            if self.held(session_id):
+                await self.app(scope, receive, send)
+            else:
+                await send({"type": "http.response.start", "status": 200, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+        elif method == "POST":
+            await self._post(scope, receive, send, session_id if live else None, principal)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _until_drained(
+        self, app: ASGIApp, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def end_on_drain() -> None:
+                await self.drain.wait()
+                group.cancel_scope.cancel()
+
+            group.start_soon(end_on_drain)
+            await app(scope, receive, send)
+            group.cancel_scope.cancel()
+
+    async def _report_lost(self, session_id: str, send: Send) -> bool:
+        reports = await to_thread.run_sync(self.sessions.lost_reports, session_id)
+        if not reports:
+            return False
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache, no-transform"),
+                ],
+            }
+        )
+        for record, error in reports:
+            await send({"type": "http.response.body", "body": sse_event(error), "more_body": True})
+            await to_thread.run_sync(self.sessions.reported, record)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    async def _post(
+        self, scope: Scope, receive: Receive, send: Send, session_id: str | None, principal: Any
+    ) -> None:
+        chunks: list[bytes] = []
+        disconnected = False
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+        gone = anyio.Event()
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                if disconnected:
+                    return {"type": "http.disconnect"}
+                return {"type": "http.request", "body": body, "more_body": False}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            return message
+
+        try:
+            parsed = json.loads(body) if body else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = None
+        is_request = (
+            isinstance(parsed, dict) and "method" in parsed and parsed.get("id") is not None
+        )
+        if session_id is None:
+            if is_request and isinstance(parsed, dict) and parsed.get("method") == "initialize":
+                await self._initialize(scope, replay, send, parsed, principal)
+            else:
+                await self.app(scope, replay, send)
+            return
+        await to_thread.run_sync(self.sessions.begin_request, session_id)
+        try:
+            if not is_request or not isinstance(parsed, dict):
+                await self.app(scope, replay, send)
+                return
+            request_id: JsonValue = parsed["id"]
+            execution_id = _execution_argument(parsed)
+            owed = await to_thread.run_sync(
+                self.sessions.owe, session_id, request_id, str(parsed["method"]), execution_id
+            )
+            watcher = OwedResponse(self.sessions, owed, request_id, send)
+            async with anyio.create_task_group() as group:
+
+                async def stop_when_due() -> None:
+                    with anyio.move_on_after(self.deadline):
+                        await self.drain.wait()
+                    group.cancel_scope.cancel()
+
+                async def note_gone() -> None:
+                    await gone.wait()
+                    watcher.client_gone = True
+
+                group.start_soon(stop_when_due)
+                group.start_soon(note_gone)
+                await self.app(scope, replay, watcher.send)
+                group.cancel_scope.cancel()
+            if not watcher.settled:
+                with anyio.CancelScope(shield=True):
+                    await watcher.give_up()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await to_thread.run_sync(self.sessions.end_request, session_id)
+
+    async def _initialize(
+        self, scope: Scope, receive: Receive, send: Send, request: dict[str, Any], principal: Any
+    ) -> None:
+        """Let the SDK answer `initialize`, then record the session it opened."""
+        opened: dict[str, str] = {}
+        params = request.get("params") or {}
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start" and int(message["status"]) < 400:
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"mcp-session-id":
+                        opened["id"] = value.decode("latin-1")
+                if "id" in opened:
+                    # Durable before the client learns the id: its next request may land on
+                    # another instance, or after a restart.
+                    await to_thread.run_sync(
+                        self.sessions.open,
+                        opened["id"],
+                        str(principal),
+                        str(params.get("protocolVersion", "")),
+                        params.get("clientInfo"),
+                        params.get("capabilities"),
+                    )
+            await send(message)
+
+        await self.app(scope, receive, capture)
+        if "id" in opened:
+            # The initialize exchange is over; the session waits for its next request.
+            await to_thread.run_sync(self.sessions.end_request, opened["id"])
+
+
+def _execution_argument(request: dict[str, Any]) -> str | None:
+    """The executionId a `resume` call names, so its loss can be reported against it."""
+    params = request.get("params")
+    if isinstance(params, dict):
+        arguments = params.get("arguments")
+        if isinstance(arguments, dict) and isinstance(arguments.get("executionId"), str):
+            return str(arguments["executionId"])[:64]
+    return None
