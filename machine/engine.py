@@ -215,9 +215,15 @@ class Engine:
         self._guarded(ex, lambda: self._first_step(ex))
         return self.view(ex.id)
 
-    def execute(self, principal_id: str, code: str, session_id: str | None = None) -> ExecutionView:
+    def execute(
+        self,
+        principal_id: str,
+        code: str,
+        session_id: str | None = None,
+        origin_request: str | None = None,
+    ) -> ExecutionView:
         """Store, claim and run a new execution until it finishes or pauses."""
-        return self.carry_on(self.begin(principal_id, code, session_id))
+        return self.carry_on(self.begin(principal_id, code, session_id, origin_request))
 
     def run(self, execution_id: str) -> bool:
         """Claim a pending execution and run it; False when another instance claimed it."""

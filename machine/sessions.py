@@ -123,10 +123,9 @@ class Sessions:
         if row is None or row.status not in _LIVE_SESSION:
             return False
         try:
-            self.write.apply(Step(_record(row), "close"))
+            self.write.apply(Step(_record(row), "close"), *self._abandon_steps(session_id))
         except _STALE:
             return False
-        self._abandon_reports(session_id)
         return True
 
     def live(self, session_id: str) -> Session | None:
@@ -167,11 +166,11 @@ class Sessions:
                 continue
             try:
                 self.write.apply(
-                    Step(_record(row), "destroy", {"lease_decision": decision.alarm.value})
+                    Step(_record(row), "destroy", {"lease_decision": decision.alarm.value}),
+                    *self._abandon_steps(row.id),
                 )
             except _STALE:
                 continue
-            self._abandon_reports(row.id)
             destroyed.append(row.id)
         return destroyed
 
@@ -209,12 +208,13 @@ class Sessions:
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(lost, "report"), effect=lambda: True)
 
-    def _abandon_reports(self, session_id: str) -> None:
-        for row in self._rows(session_id, OwedRequestStatus.LOST):
-            try:
-                self.write.apply(Step(_record(row), "abandon", {"session_ended": True}))
-            except _STALE:
-                continue
+    def _abandon_steps(self, session_id: str) -> list[Step]:
+        """Reports nobody can collect once the session ends: settled in the same transaction
+        that ends it, so a crash cannot leave them waiting for a GET that will never come."""
+        return [
+            Step(_record(row), "abandon", {"session_ended": True})
+            for row in self._rows(session_id, OwedRequestStatus.LOST)
+        ]
 
     def _rows(self, session_id: str, status: OwedRequestStatus) -> list[OwedRequest]:
         with self.store.session() as s:

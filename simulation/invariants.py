@@ -9,14 +9,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import JsonValue
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from machine.db.schema import Execution, Instance, ToolCall, TransitionLog, metadata
+from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog, metadata
+from machine.db.schema import Session as SessionRow
 from machine.store import declared_edges
-from spec import MACHINES, ExecutionStatus, InstanceStatus, ToolCallStatus
+from spec import (
+    MACHINES,
+    ExecutionStatus,
+    InstanceStatus,
+    OwedRequestStatus,
+    SessionStatus,
+    ToolCallStatus,
+)
+from spec.session_lease import LeasePolicy
 
 INVARIANTS = (
     "no execution is non-terminal without a live owner or a durable wait",
@@ -27,6 +37,8 @@ INVARIANTS = (
     "every in_doubt call is named in the execution's record",
     "every persisted (from, to) is an edge of the spec",
     "the canary secret appears nowhere",
+    "every owed id ends answered or reported exactly once",
+    "no session outlives its lease",
 )
 
 
@@ -48,6 +60,8 @@ def check_all(
     canary: str,
     *,
     quiescent: bool = True,
+    now: datetime | None = None,
+    lease: LeasePolicy | None = None,
 ) -> list[Violation]:
     """Every invariant. `quiescent`: no work is in flight any more (the simulator ran
     everything to the end), so a running execution is stranded even under a live owner."""
@@ -71,7 +85,45 @@ def check_all(
     found += _in_doubt_named(executions, calls)
     found += _edges_declared(log)
     found += _canary(engine, list(logs), canary)
+    with Session(engine) as s:
+        owed = list(s.exec(select(OwedRequest)))
+        sessions = list(s.exec(select(SessionRow)))
+    found += _owed_settled(owed, log, quiescent)
+    if now is not None and lease is not None:
+        found += _leases(sessions, now, lease)
     return found
+
+
+def _owed_settled(
+    owed: list[OwedRequest], log: list[TransitionLog], quiescent: bool
+) -> list[Violation]:
+    out = []
+    unsettled = (OwedRequestStatus.OWED, OwedRequestStatus.LOST) if quiescent else ()
+    for row in owed:
+        if row.status in unsettled:
+            out.append(
+                Violation(
+                    INVARIANTS[8], f"request {row.request_id!r} is still {row.status}", (row.id,)
+                )
+            )
+    settling = Counter(
+        r.record_id for r in log if r.machine == "owed_request" and r.event in ("answer", "report")
+    )
+    out += [
+        Violation(INVARIANTS[8], f"owed request {rid} was settled {n} times", (rid,))
+        for rid, n in settling.items()
+        if n > 1
+    ]
+    return out
+
+
+def _leases(sessions: list[SessionRow], now: datetime, lease: LeasePolicy) -> list[Violation]:
+    live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
+    return [
+        Violation(INVARIANTS[9], f"session {row.id} is {row.status} past its cap", (row.id,))
+        for row in sessions
+        if row.status in live and now >= row.last_activity + lease.cap
+    ]
 
 
 def _stranded(

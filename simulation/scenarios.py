@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +23,7 @@ from machine.execution_errors import (
     ExecutionExpired,
     ExecutionInterrupted,
 )
+from machine.sessions import request_key
 from machine.views import ExecutionView
 from simulation.world import Client
 from spec import ExecutionStatus as E
@@ -243,6 +245,115 @@ def graceful_shutdown(client: Client) -> None:
         client.memory["closed"] = True
 
 
+# -- sessions and the owed-request ledger (driven as the HTTP session gate drives them) -----
+
+
+def _session(client: Client) -> str:
+    """A session opened by an `initialize` this client sent once."""
+    sessions = client.runtime.sessions
+
+    def open_session() -> str:
+        session_id = uuid.uuid4().hex
+        sessions.open(
+            session_id, client.principal, "2025-11-25", {"name": "sim", "version": "1"}, {}
+        )
+        return session_id
+
+    session_id: str = client.remember("session", open_session)
+    if not client.memory.get("initialized"):
+        sessions.end_request(session_id)  # the initialize exchange is over
+        client.memory["initialized"] = True
+    return session_id
+
+
+def _collect_reports(client: Client, session_id: str) -> None:
+    """The client's GET on its session after a restart: lost ids are reported to it."""
+    sessions = client.runtime.sessions
+    for record, _error in sessions.lost_reports(session_id):
+        sessions.reported(record)
+
+
+def _request(client: Client, session_id: str, key: str, code: str) -> None:
+    """One tools/call on the session: owed, run, answered (once; a retry after a crash is a
+    new request id, as a client would send)."""
+    if client.memory.get(key):
+        return
+    sessions = client.runtime.sessions
+    attempt = client.memory.get(key + ".attempt", 0) + 1
+    client.memory[key + ".attempt"] = attempt
+    request_id = f"{key}-{attempt}"
+    sessions.begin_request(session_id)
+    owed = sessions.owe(session_id, request_id, "tools/call", None)
+    client.runtime.engine.execute(
+        client.principal, code, session_id, request_key(session_id, request_id)
+    )
+    sessions.answered(owed)
+    sessions.end_request(session_id)
+    client.memory[key] = True
+
+
+def session_requests(client: Client) -> None:
+    session_id = _session(client)
+    _collect_reports(client, session_id)
+    _request(client, session_id, "r1", "tools.notes.list()")
+    _request(client, session_id, "r2", "len(tools.notes.list())")
+    _collect_reports(client, session_id)
+
+
+def session_closed(client: Client) -> None:
+    """DELETE while a request is in flight (active), then on an idle session."""
+    session_id = _session(client)
+    sessions = client.runtime.sessions
+    if not client.memory.get("closed"):
+        sessions.begin_request(session_id)
+        sessions.close(session_id)
+        client.memory["closed"] = True
+    other = client.remember("other", lambda: _fresh_session(client))
+    sessions.close(other)
+
+
+def _fresh_session(client: Client) -> str:
+    session_id = uuid.uuid4().hex
+    sessions = client.runtime.sessions
+    sessions.open(session_id, client.principal, "2025-11-25", {"name": "sim", "version": "1"}, {})
+    sessions.end_request(session_id)
+    return session_id
+
+
+def stream_lost(client: Client) -> None:
+    """A stream ends without the answer: the id is lost, and reported on the same stream."""
+    session_id = _session(client)
+    sessions = client.runtime.sessions
+    if not client.memory.get("lost"):
+        sessions.begin_request(session_id)
+        owed = sessions.owe(session_id, "s-1", "tools/call", None)
+        sessions.lose(owed)
+        sessions.reported(owed)
+        sessions.end_request(session_id)
+        client.memory["lost"] = True
+    _collect_reports(client, session_id)
+
+
+def session_lease(client: Client) -> None:
+    """Leases: an idle session is destroyed; one with a request in flight too, past the cap;
+    a lost report nobody collects ends uncollected with its session."""
+    idle = _session(client)
+    busy = client.remember("busy", lambda: _fresh_session(client))
+    sessions = client.runtime.sessions
+    if not client.memory.get("busy.begun"):
+        sessions.begin_request(busy)
+        owed = sessions.owe(busy, "b-1", "tools/call", None)
+        sessions.lose(owed)  # nobody will collect this one
+        client.memory["busy.begun"] = True
+    client.world.clock.advance(timedelta(minutes=20))  # past the idle timeout and the cap
+    client.runtime.maintain()
+    for session_id in (idle, busy):
+        row = sessions.get(session_id)
+        expect(
+            row is not None and row.status == "expired", f"session {session_id} outlived its lease"
+        )
+
+
 CATALOG: tuple[Scenario, ...] = (
     Scenario("plain", "A run with one auto-approved call.", plain),
     Scenario("several_calls", "Several calls, one failing inside the code.", several_calls),
@@ -289,6 +400,27 @@ CATALOG: tuple[Scenario, ...] = (
     Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover, portable=False),
     Scenario(
         "graceful_shutdown", "An instance drains and stops.", graceful_shutdown, portable=False
+    ),
+    Scenario(
+        "session_requests",
+        "Requests on a durable session: owed, answered; lost ones reported on the next GET.",
+        session_requests,
+        portable=False,
+    ),
+    Scenario(
+        "session_closed", "DELETE on an active and an idle session.", session_closed, portable=False
+    ),
+    Scenario(
+        "stream_lost",
+        "A stream ends without its answer: -32010 on it.",
+        stream_lost,
+        portable=False,
+    ),
+    Scenario(
+        "session_lease",
+        "Idle and capped sessions expire; reports left uncollected.",
+        session_lease,
+        portable=False,
     ),
 )
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from machine.faults import Faults, InjectedCrash
+from machine.runtime import Runtime
 from simulation.invariants import Violation, check_all, history
 from simulation.scenarios import CATALOG, Scenario, ScenarioFailed
 from simulation.world import CANARY, Client, LogCapture, World
@@ -30,8 +31,8 @@ MAX_DEPTH = 2
 #: A client gives up after this many restarts in one run (each armed point fires once, so a
 #: run crashes at most MAX_DEPTH times; more would be a bug in the sweep).
 MAX_ATTEMPTS = MAX_DEPTH + 2
-#: The lifecycles the catalog drives; the others join when their scenarios do.
-DRIVEN_MACHINES = ("execution", "tool_call", "instance")
+#: The lifecycles the catalog drives (the coverage gate covers every crash point of these).
+DRIVEN_MACHINES = ("execution", "tool_call", "session", "owed_request", "instance")
 
 
 @dataclass
@@ -71,43 +72,67 @@ def run_plan(
     root.setLevel(logging.DEBUG)
     trace: list[str] = []
     violations: list[Violation] = []
+
+    def restart() -> Runtime:
+        """The process died: drop everything it held and boot a new incarnation (whose boot
+        recovery may itself be crashed by a deeper plan)."""
+        for _ in range(MAX_ATTEMPTS):
+            for runtime in list(world.runtimes):
+                world.abandon(runtime)
+            trace.append("restart: boot sim-a (new incarnation, recovers on boot)")
+            try:
+                return world.boot()
+            except InjectedCrash as again:
+                trace.append(f"CRASH during recovery at {again.point.name}")
+        raise RuntimeError("the sweep crashed more often than its plan allows")
+
+    def settle(client: Client) -> None:
+        # Let whatever recovery requeued run, as the live instance's worker would (a new
+        # incarnation if the scenario stopped its instance).
+        client.runtime.maintain()
+        if client.runtime.fenced.is_set():
+            trace.append("boot sim-a to settle")
+            client.runtime = world.boot()
+        client.runtime.engine.run_pending()
+        # Then let time pass beyond every session's cap: no session may outlive it.
+        policy = client.runtime.sessions.policy
+        world.clock.advance(policy.cap + policy.idle_timeout)
+        client.runtime.maintain()
+
     try:
         client: Client | None = None
-        for _attempt in range(MAX_ATTEMPTS):
-            try:
-                if client is None:
-                    trace.append("boot sim-a")
-                    client = Client(world, world.boot())
-                trace.append(f"client drives {scenario.name}")
-                scenario.drive(client)
-                trace.append("client done")
-                break
-            except InjectedCrash as crash:
-                trace.append(f"CRASH at {crash.point.name}")
-                for runtime in list(world.runtimes):
-                    world.abandon(runtime)
-                if client is not None:
-                    trace.append("restart: boot sim-a (new incarnation, recovers on boot)")
-                    try:
-                        client.runtime = world.boot()
-                    except InjectedCrash as again:
-                        trace.append(f"CRASH during recovery at {again.point.name}")
+        for step in ("drive", "settle"):
+            for _attempt in range(MAX_ATTEMPTS):
+                try:
+                    if client is None:
+                        trace.append("boot sim-a")
+                        client = Client(world, world.boot())
+                    trace.append(f"client drives {scenario.name}" if step == "drive" else step)
+                    if step == "drive":
+                        scenario.drive(client)
+                        trace.append("client done")
+                    else:
+                        settle(client)
+                    break
+                except InjectedCrash as crash:
+                    trace.append(f"CRASH at {crash.point.name}")
+                    if client is None:
                         for runtime in list(world.runtimes):
                             world.abandon(runtime)
-                        trace.append("restart: boot sim-a")
-                        client.runtime = world.boot()
-        else:
-            violations.append(Violation("the client finishes", "it never got to the end"))
+                    else:
+                        client.runtime = restart()
+            else:
+                violations.append(Violation("the client finishes", f"{step} never ended"))
         if client is not None:
-            # Let whatever recovery requeued run, as the live instance's worker would (a
-            # new incarnation if the scenario stopped its instance).
-            client.runtime.maintain()
-            if client.runtime.fenced.is_set():
-                trace.append("boot sim-a to settle")
-                client.runtime = world.boot()
-            client.runtime.engine.run_pending()
             engine = client.runtime.engine.store.engine
-            violations += check_all(engine, world.notes.effects(), capture.lines, CANARY)
+            violations += check_all(
+                engine,
+                world.notes.effects(),
+                capture.lines,
+                CANARY,
+                now=world.clock(),
+                lease=client.runtime.sessions.policy,
+            )
             if violations:
                 records = [r for v in violations for r in v.records]
                 trace += ["persisted transitions:", *history(engine, records)]
