@@ -483,13 +483,28 @@ class Engine:
         principal_id: str,
         action: Action,
         content: JsonValue = None,
+        *,
+        expected_call: int | None = None,
     ) -> ExecutionView:
         """Apply a person's decision to a paused execution and run it on.
 
         Repeating the decision that settled it returns the same outcome; any other attempt
-        on an execution that is no longer waiting is `already_settled`."""
+        on an execution that is no longer waiting is `already_settled`. With
+        `expected_call`, the decision applies only to that call (an approval link decides
+        the call it was made for, never a later one): the check and the decision are one
+        transaction, since the decision is conditional on the row's version."""
         row = self._owned(execution_id, principal_id)
         row = self._expire_if_due(row)
+        if (
+            expected_call is not None
+            and row.status == E.WAITING_FOR_INTERACTION
+            and row.snapshot_call != expected_call
+        ):
+            raise ExecutionAlreadySettled(
+                execution_id=row.id,
+                status=row.status,
+                detail="the decision was for an earlier tool call",
+            )
         if row.status == E.WAITING_FOR_INTERACTION:
             snapshot = row.snapshot
             if snapshot is None or row.snapshot_call is None:

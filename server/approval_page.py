@@ -261,13 +261,24 @@ class ApprovalSurface:
                 "invalid_input",
                 'The body must be {"action": "accept" | "decline" | "cancel"}.',
             ) from None
+        token = request.headers.get(TOKEN_HEADER, "")
         if token_row is not None:
             await to_thread.run_sync(self._still_pending, token_row)
-            token = request.headers.get(TOKEN_HEADER, "")
             await to_thread.run_sync(self.tokens.consume, token, execution_id)  # once, atomically
-        outcome = await self.runner.resume(
-            principal, execution_id, Action(body.action), body.content
-        )
+        try:
+            outcome = await self.runner.resume(
+                principal,
+                execution_id,
+                Action(body.action),
+                body.content,
+                expected_call=token_row.call_seq if token_row is not None else None,
+            )
+        except LockgateError:
+            if token_row is not None:
+                # No decision was taken (runtime mismatch, a later call, ...): the link is
+                # given back rather than wasted.
+                await to_thread.run_sync(self.tokens.release, token)
+            raise
         if isinstance(outcome, Running):
             return JSONResponse(
                 {"executionId": execution_id, "status": "running"}, headers=NO_STORE
@@ -464,7 +475,7 @@ const words = {
 const expires = document.getElementById("expires");
 const left = Date.parse(expires.getAttribute("datetime")) - Date.now();
 if (left > 0) {
-  const mins = Math.round(left / 60000);
+  const mins = Math.floor(left / 60000);
   const span = mins >= 60 ? `${Math.floor(mins / 60)} h ${mins % 60} min` : `${mins} min`;
   expires.textContent += ` (in ${span})`;
 }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlmodel import col
 
 from machine.db.schema import ApprovalToken
@@ -28,14 +28,25 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+#: Expired tokens are kept this long (so a late click still gets "expired", not "unknown").
+KEEP_EXPIRED = timedelta(days=1)
+#: How often minting also purges old tokens.
+PURGE_EVERY = timedelta(hours=1)
+
+
 class ApprovalTokens:
     def __init__(self, store: SqlStore) -> None:
         self.store = store
+        self._last_purge = datetime.min.replace(tzinfo=UTC)
 
     def mint(
         self, execution_id: str, call_seq: int, principal_id: str, expires_at: datetime
     ) -> str:
         token = secrets.token_urlsafe(32)
+        now = datetime.now(UTC)
+        if now - self._last_purge >= PURGE_EVERY:
+            self._last_purge = now
+            self.purge(now - KEEP_EXPIRED)
         with self.store.session() as s:
             s.add(
                 ApprovalToken(
@@ -64,6 +75,26 @@ class ApprovalTokens:
         if datetime.now(UTC) >= row.expires_at:
             raise TokenRefused("expired", "This approval link has expired.")
         return row
+
+    def release(self, token: str) -> None:
+        """Give a used token back: the decision it carried was not taken (the execution
+        could not accept it), so the approver may try again."""
+        with self.store.session() as s:
+            s.execute(
+                update(ApprovalToken)
+                .where(col(ApprovalToken.token_hash) == _hash(token))
+                .values(used_at=None)
+            )
+            s.commit()
+
+    def purge(self, older_than: datetime) -> int:
+        """Delete tokens that expired before `older_than` (they can only be refused)."""
+        with self.store.session() as s:
+            result = s.execute(
+                delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
+            )
+            s.commit()
+        return int(result.rowcount)  # type: ignore[attr-defined]
 
     def consume(self, token: str, execution_id: str) -> ApprovalToken:
         """Use the token up (once: a conditional update, so two clicks cannot both pass)."""

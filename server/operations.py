@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -21,6 +22,8 @@ from machine.db.schema import Execution, live_executions
 from machine.records import Change
 from machine.runtime import Runtime
 
+APPROVAL_PATH = re.compile(r"/approve/[^/?\s\"']+")
+
 #: Set around request handling so every log line names what it is about.
 log_execution_id: ContextVar[str | None] = ContextVar("log_execution_id", default=None)
 log_session_id: ContextVar[str | None] = ContextVar("log_session_id", default=None)
@@ -34,7 +37,8 @@ class JsonLogFormatter(logging.Formatter):
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            # Approval tokens are credentials: access log lines must not carry them.
+            "message": APPROVAL_PATH.sub("/approve/<redacted>", record.getMessage()),
         }
         for key, var in (("execution_id", log_execution_id), ("session_id", log_session_id)):
             value = getattr(record, key, None) or var.get()

@@ -49,11 +49,20 @@ class ExecutionRunner:
         return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id)
 
     async def resume(
-        self, principal: str, execution_id: str, action: Action, content: JsonValue
+        self,
+        principal: str,
+        execution_id: str,
+        action: Action,
+        content: JsonValue,
+        *,
+        expected_call: int | None = None,
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
         return await self._within_budget(
-            lambda: engine.resume(execution_id, principal, action, content), execution_id
+            lambda: engine.resume(
+                execution_id, principal, action, content, expected_call=expected_call
+            ),
+            execution_id,
         )
 
     async def wait(self, principal: str, execution_id: str) -> ExecutionView | Running:

@@ -74,3 +74,21 @@ def test_db_upgrade_migrates_and_reports_errors_clearly(
     result = runner.invoke(cli.app, ["db", "upgrade"])
     assert result.exit_code == 1 and "could not migrate" in result.output
     assert "s3cret" not in result.output
+
+
+def test_json_logs_never_carry_approval_tokens() -> None:
+    import logging
+
+    from server.operations import JsonLogFormatter
+
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/1.1" %d',
+        ("127.0.0.1:5", "GET", "/approve/abcDEF-123_x", 200),
+        None,
+    )
+    line = JsonLogFormatter().format(record)
+    assert "abcDEF-123_x" not in line and "/approve/<redacted>" in line

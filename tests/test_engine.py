@@ -651,3 +651,17 @@ def test_a_stale_recovery_never_touches_a_live_instances_call(make_runtime: Make
     [_, second] = sorted(calls_of(b, stale.id), key=lambda call: call.seq)
     assert second.status == ToolCallStatus.DISPATCHED
     assert row_of(b, stale.id).owner == b.lease.id
+
+
+def test_a_decision_for_an_earlier_call_never_decides_a_later_one(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    code = "tools.notes.write(key='a', text='1')\ntools.notes.write(key='b', text='2')\n'ok'"
+    first = rt.engine.execute("alice", code)
+    second = rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
+    assert second.pending is not None and second.pending.seq == 2
+    with pytest.raises(ExecutionAlreadySettled, match="earlier tool call"):
+        rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
+    assert rt.engine.view(first.id).status is ExecutionStatus.WAITING_FOR_INTERACTION
+    assert len(writes(rt)) == 1
