@@ -15,7 +15,7 @@ class ExecutionNotFound(LockgateError):
     def __init__(self, *, execution_id: str) -> None:
         self.execution_id = execution_id
         super().__init__(
-            f"No execution {execution_id!r} exists (or it belongs to someone else).",
+            f"No execution {execution_id!r} exists.",
             hint=f"Check the executionId. {REEXECUTE}",
         )
 

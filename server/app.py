@@ -27,7 +27,7 @@ from server.durable_sessions import DurableSessionManager
 from server.event_store import MemoryEventStore
 from server.keys import ApiKeys
 from server.mcp_server import LockgateMCP
-from server.operations import Metrics, operations_router, timed
+from server.operations import Metrics, log_transitions, operations_router, timed
 from server.runner import ExecutionRunner
 from server.session_gate import DrainSignal, SessionGate
 
@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     drain = DrainSignal()
     ready = threading.Event()
     metrics = Metrics(runtime)
+    runtime.engine.write.observers.append(log_transitions)
 
     def boot() -> None:
         runtime.start(background=True)

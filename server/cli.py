@@ -223,6 +223,9 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port to bind (default 8000).")] = None,
 ) -> None:
     """Run the Lockgate MCP server (streamable HTTP at /mcp)."""
+    import signal
+    import sys
+
     import uvicorn
     from pydantic import ValidationError
 
@@ -282,6 +285,9 @@ def serve(
         log_config=None,
         timeout_graceful_shutdown=30,
     )
+    # uvicorn re-raises the signal it stopped for once it has shut down; a drained stop is
+    # a clean exit, so that re-raise lands here and exits 0.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     DrainingServer(config).run()
 
 

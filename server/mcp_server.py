@@ -22,6 +22,7 @@ from machine.tools.registry import ToolRegistry
 from machine.views import ExecutionView
 from server import shapes
 from server.auth import current_principal
+from server.operations import log_execution_id, log_session_id
 from server.runner import ExecutionRunner
 
 log = logging.getLogger("lockgate.mcp")
@@ -147,6 +148,7 @@ class LockgateMCP:
         principal = current_principal.get()
         arguments = params.arguments or {}
         session_id = ctx.request.headers.get("mcp-session-id") if ctx.request else None
+        log_session_id.set(session_id)
         execution_id: str | None = None
         try:
             if params.name == "execute":
@@ -166,6 +168,7 @@ class LockgateMCP:
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)
                 execution_id = resume.execution_id
+                log_execution_id.set(execution_id)
                 if resume.action is None:
                     outcome = await self.runner.wait(principal, resume.execution_id)
                 else:

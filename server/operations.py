@@ -74,7 +74,7 @@ class LiveExecutions(Collector):
                 .where(live_executions())
                 .group_by(Execution.status)
             )
-            counts = dict(rows)
+            counts = {status: count for status, count in rows}
         for status in ("pending", "running", "waiting_for_interaction"):
             gauge.add_metric([status], counts.get(status, 0))
         yield gauge
@@ -102,6 +102,27 @@ class Metrics:
     def observe(self, changes: tuple[Change, ...]) -> None:
         for change in changes:
             self.transitions.labels(change.machine, change.event).inc()
+
+
+transitions_log = logging.getLogger("lockgate.transitions")
+
+
+def log_transitions(changes: tuple[Change, ...]) -> None:
+    """One log line per committed transition, naming its execution (statuses only)."""
+    for change in changes:
+        if change.machine in ("execution", "tool_call"):
+            execution_id = change.record_id.split(":")[0]
+        else:
+            execution_id = None
+        transitions_log.info(
+            "%s %s: %s %s -> %s",
+            change.machine,
+            change.record_id,
+            change.event,
+            change.source,
+            change.dest,
+            extra={"execution_id": execution_id} if execution_id else {},
+        )
 
 
 def operations_router(runtime: Runtime, metrics: Metrics, ready: Any) -> APIRouter:

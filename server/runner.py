@@ -35,11 +35,14 @@ class ExecutionRunner:
     async def _within_budget(
         self, work: Callable[[], ExecutionView], execution_id: str
     ) -> ExecutionView | Running:
-        future = self.pool.submit(work)
-        done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=self.budget)
+        wrapped = asyncio.wrap_future(self.pool.submit(work))
+        done, _ = await asyncio.wait({wrapped}, timeout=self.budget)
         if not done:
-            return Running(execution_id)  # the thread goes on; the row will tell
-        return future.result()
+            # The thread goes on and the row will tell; its outcome is read (and dropped)
+            # when it ends, so asyncio has nothing to complain about.
+            wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return Running(execution_id)
+        return wrapped.result()
 
     async def execute(
         self, principal: str, code: str, session_id: str | None, origin: str | None = None
