@@ -100,9 +100,9 @@ class InstanceLease:
         if self.record is not None and self.record.status == I.DRAINING:
             self.write.apply(Step(self.record, "stop"))
 
-    def live_ids(self) -> set[str]:
-        """Instances whose lease still holds (this one included)."""
-        now = self.clock()
+    def live_ids(self, now: datetime | None = None) -> set[str]:
+        """Instances whose lease still holds at `now` (this one included)."""
+        now = now or self.clock()
         with self.store.session() as s:
             rows = s.exec(
                 select(Instance.id).where(
@@ -112,10 +112,11 @@ class InstanceLease:
             )
             return set(rows)
 
-    def declare_dead_instances(self) -> list[str]:
-        """Declare dead every instance whose lease lapsed, and every earlier incarnation of
-        this instance's own name (a process cannot outlive its restart); returns their ids."""
-        now = self.clock()
+    def declare_dead_instances(self, now: datetime | None = None) -> list[str]:
+        """Declare dead every instance whose lease lapsed by `now`, and every earlier
+        incarnation of this instance's own name (a process cannot outlive its restart);
+        returns their ids."""
+        now = now or self.clock()
         with self.store.session() as s:
             rows = list(
                 s.exec(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pydantic import JsonValue
 from sqlmodel import col, select
@@ -56,9 +57,9 @@ class Recovery:
     def __init__(self, engine: Engine, lease: InstanceLease) -> None:
         self.engine, self.lease = engine, lease
 
-    def orphaned(self) -> list[Execution]:
+    def orphaned(self, now: datetime | None = None) -> list[Execution]:
         """Running executions whose owner holds no lease (read through the live index)."""
-        live = self.lease.live_ids()
+        live = self.lease.live_ids(now)
         with self.engine.store.session() as s:
             rows = list(
                 s.exec(select(Execution).where(live_executions(), Execution.status == E.RUNNING))
@@ -66,8 +67,11 @@ class Recovery:
         return [r for r in rows if r.owner not in live]
 
     def run(self) -> RecoveryReport:
-        report = RecoveryReport(declared_dead=self.lease.declare_dead_instances())
-        for row in self.orphaned():
+        # One instant for both reads: an instance whose lease lapsed is declared dead in the
+        # same round in which its work is taken over.
+        now = self.engine.clock()
+        report = RecoveryReport(declared_dead=self.lease.declare_dead_instances(now))
+        for row in self.orphaned(now):
             try:
                 outcome = self.recover_execution(row)
             except (Conflict, GuardRefused):
