@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine as SqlEngine
 
 from machine.db.connect import open_engine
-from machine.db.migrate import current_revision, head_revision, upgrade
+from machine.db.migrate import current_revision, head_revision, upgrade_if_behind
 from machine.db.store import SqlStore
 from machine.engine import Engine
 from machine.faults import Faults
@@ -48,7 +48,7 @@ def prepare_database(settings: Settings) -> SqlEngine:
     """Open the database; migrate the embedded SQLite default, refuse a stale PostgreSQL."""
     engine = open_engine(settings.database_url)
     if settings.is_sqlite:
-        upgrade(engine)
+        upgrade_if_behind(engine)
     else:
         current, head = current_revision(engine), head_revision(engine)
         if current != head:

@@ -476,9 +476,13 @@ class Harness:
 
         def cancel_paused() -> None:
             self.note(f"{runtime.settings.instance_name}: cancel {execution_id}")
-            view = runtime.engine.cancel(execution_id, PRINCIPAL)
-            if view.status != E.CANCELLED:
-                self.problems.append(f"cancel of paused {execution_id} left it {view.status}")
+            overdue = self._overdue(execution_id)
+            try:
+                status = runtime.engine.cancel(execution_id, PRINCIPAL).status
+            except ExecutionExpired:
+                status = E.EXPIRED
+            if status != E.CANCELLED and not (overdue and status == E.EXPIRED):
+                self.problems.append(f"cancel of paused {execution_id} left it {status}")
 
         self._act(runtime, cancel_paused)
 

@@ -8,11 +8,17 @@ and a new incarnation boots on the same database, recovering through the real bo
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
+import shutil
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from machine.db.connect import open_engine
+from machine.db.migrate import upgrade
 from machine.engine import Action
 from machine.faults import Faults
 from machine.runtime import Runtime
@@ -23,6 +29,18 @@ from machine.views import ExecutionView
 
 #: Passed to the notes tools at dispatch; it must never appear in any record or log.
 CANARY = "canary-5eb1d0c4-never-store-me"
+
+
+@functools.cache
+def _migrated_template() -> Path:
+    """A migrated SQLite file made once per process; each run starts from a copy (the
+    migrations themselves are tested elsewhere, and rerunning them costs most of a run)."""
+    folder = Path(tempfile.mkdtemp(prefix="lockgate-sim-template-"))
+    atexit.register(shutil.rmtree, folder, True)
+    engine = open_engine(f"sqlite:///{folder / 'template.db'}")
+    upgrade(engine)
+    engine.dispose()  # the last connection closing checkpoints the WAL into the file
+    return folder / "template.db"
 
 
 class SimClock:
@@ -59,7 +77,11 @@ class World:
         faults: Faults | None = None,
     ) -> None:
         self.workdir = workdir
-        self.database_url = database_url or f"sqlite:///{workdir / 'lockgate.db'}"
+        if database_url is None:
+            database = workdir / "lockgate.db"
+            shutil.copyfile(_migrated_template(), database)
+            database_url = f"sqlite:///{database}"
+        self.database_url = database_url
         self.settings = dict(settings or {})
         #: Shared by every incarnation: each armed point fires once, wherever it is reached
         #: first (a crash during the recovery from an earlier crash included).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -29,5 +30,19 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def head_revision(engine: Engine) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+@functools.cache
+def _head() -> str | None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def head_revision(engine: Engine | None = None) -> str | None:
+    """The newest migration this code knows (read once per process: the files are fixed)."""
+    return _head()
+
+
+def upgrade_if_behind(engine: Engine) -> None:
+    """Migrate only when the schema is behind: a started process checks in one query."""
+    if current_revision(engine) != head_revision():
+        upgrade(engine)
