@@ -384,9 +384,9 @@ class Engine:
                 tool = self.registry.get(tool_name)
                 decision = self.policy.decide(tool.spec)
                 if decision is PolicyDecision.BLOCK:
-                    self.write.apply(Step(call, "block"))
+                    self.write.apply(Step(call, "block"), fence=ex)
                 elif decision is PolicyDecision.APPROVE:
-                    self.write.apply(Step(call, "auto_approve"))
+                    self.write.apply(Step(call, "auto_approve"), fence=ex)
                 else:
                     self._pause(ex, call, snapshot)
                     return None
@@ -439,13 +439,14 @@ class Engine:
             effect=lambda: self._invoke(
                 tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
             ),
+            fence=ex,  # only while this instance still holds the execution
         )
         done = applied.effect_result
         assert done is not None
         if done.error is None:
-            self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}))
+            self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}), fence=ex)
             return Returned(done.value)
-        self.write.apply(Step(call, "fail", {"result": {"error": done.error}}))
+        self.write.apply(Step(call, "fail", {"result": {"error": done.error}}), fence=ex)
         return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
 
     def _invoke(
@@ -599,7 +600,11 @@ class Engine:
 
     def cancel(self, execution_id: str, principal_id: str) -> ExecutionView:
         """Cancel a pending or paused execution (its unsent call is withdrawn)."""
-        row = self._owned(execution_id, principal_id)
+        row = self._expire_if_due(self._owned(execution_id, principal_id))
+        if row.status == E.EXPIRED:
+            raise ExecutionExpired(
+                execution_id=row.id, deadline=row.deadline.isoformat() if row.deadline else None
+            )
         if row.status not in (E.PENDING, E.WAITING_FOR_INTERACTION):
             raise ExecutionAlreadySettled(
                 execution_id=row.id,

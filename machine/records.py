@@ -34,3 +34,14 @@ class Change:
     dest: str
     expected_version: int
     updates: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A record that must still be at `version` for a transaction to commit, though it does
+    not change: a call's transition is fenced by its execution, so an instance that lost the
+    execution (declared dead, then woken) cannot move its calls any more."""
+
+    machine: str
+    record_id: str
+    version: int

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from machine.errors import Conflict, IllegalTransition
-from machine.records import Change, Record
+from machine.records import Change, Fence, Record
 from spec import MACHINES, MachineSpec
 
 
@@ -39,9 +39,11 @@ def refuse_undeclared(change: Change, edges: frozenset[tuple[str, str, str, str]
 
 
 class TransitionStore(Protocol):
-    def commit(self, changes: Sequence[Change], inserts: Sequence[Any] = ()) -> None:
-        """Insert the new rows and apply every change in one transaction, or do nothing
-        (raising `Conflict` or `IllegalTransition`)."""
+    def commit(
+        self, changes: Sequence[Change], inserts: Sequence[Any] = (), fences: Sequence[Fence] = ()
+    ) -> None:
+        """Insert the new rows and apply every change in one transaction, if every fence
+        still holds; or do nothing (raising `Conflict` or `IllegalTransition`)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,18 @@ class MemoryStore:
         with self._lock:
             return [copy.deepcopy(r) for (m, _), r in self._rows.items() if m == machine]
 
-    def commit(self, changes: Sequence[Change], inserts: Sequence[Any] = ()) -> None:
+    def commit(
+        self, changes: Sequence[Change], inserts: Sequence[Any] = (), fences: Sequence[Fence] = ()
+    ) -> None:
         with self._lock:
+            for fence in fences:
+                held = self._rows.get((fence.machine, fence.record_id))
+                if held is None or held.version != fence.version:
+                    raise Conflict(
+                        machine=fence.machine,
+                        record_id=fence.record_id,
+                        expected_version=fence.version,
+                    )
             for row in inserts:
                 if not isinstance(row, Record):
                     raise TypeError("the memory store inserts Records")

@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 from machine.bindings import BINDINGS, Facts
 from machine.faults import Faults
 from machine.machines import LifecycleMachine, build_machines
-from machine.records import Change, Record
+from machine.records import Change, Fence, Record
 from machine.store import TransitionStore
 from spec.crash_points import CrashPoint
 from spec.model import EffectTiming, Phase, TransitionSpec
@@ -107,6 +107,7 @@ class WritePath:
         *steps: Step,
         effect: Callable[[], T] | None = None,
         inserts: Sequence[object] = (),
+        fence: Record | None = None,
     ) -> Applied[T]:
         """Move every step's record in one transaction (inserting `inserts`, new rows in
         their initial state, in the same transaction); run `effect` if a step's transition
@@ -138,7 +139,8 @@ class WritePath:
             points("after_effect")
         points("before_commit")
         changes = tuple(change for _, change in decided)
-        self.store.commit(changes, inserts)
+        fences = (Fence(fence.machine, fence.id, fence.version),) if fence is not None else ()
+        self.store.commit(changes, inserts, fences)
         for observe in self.observers:
             observe(changes)
         for step, change in zip(steps, changes, strict=True):

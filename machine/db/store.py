@@ -22,7 +22,7 @@ from sqlmodel import Session, SQLModel
 from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog
 from machine.db.schema import Session as SessionRow
 from machine.errors import Conflict, IllegalTransition
-from machine.records import Change
+from machine.records import Change, Fence
 from machine.store import declared_edges, refuse_undeclared
 from spec import MACHINES, MachineSpec
 
@@ -55,13 +55,33 @@ class SqlStore:
         with Session(self.engine, expire_on_commit=False) as session:
             yield session
 
-    def commit(self, changes: Sequence[Change], inserts: Sequence[SQLModel] = ()) -> None:
+    def commit(
+        self,
+        changes: Sequence[Change],
+        inserts: Sequence[SQLModel] = (),
+        fences: Sequence[Fence] = (),
+    ) -> None:
         now = datetime.now(UTC)
         for row in inserts:
             self._refuse_non_initial(row)
         for change in changes:
             refuse_undeclared(change, self._edges)
         with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            for fence in fences:
+                # A no-op update: it matches only the fenced version, and on PostgreSQL it
+                # locks the row, so a concurrent writer of that record waits or conflicts.
+                table = _table(TABLES[fence.machine])
+                held = session.execute(
+                    update(table)
+                    .where(table.c.id == fence.record_id, table.c.version == fence.version)
+                    .values(version=table.c.version)
+                )
+                if held.rowcount != 1:  # type: ignore[attr-defined]
+                    raise Conflict(
+                        machine=fence.machine,
+                        record_id=fence.record_id,
+                        expected_version=fence.version,
+                    )
             for row in inserts:
                 session.add(row)
             session.flush()
