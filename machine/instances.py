@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,8 @@ class InstanceLease:
         self.store, self.write, self.name, self.ttl, self.clock = store, write, name, ttl, clock
         self.row: Instance | None = None
         self.record: Record | None = None
+        #: The lease row is written from the maintenance thread and on shutdown.
+        self._lock = threading.Lock()
 
     @property
     def id(self) -> str:
@@ -80,25 +83,42 @@ class InstanceLease:
             return row
         raise RuntimeError("could not allocate an incarnation number")
 
+    def _refresh(self) -> Record:
+        """Re-read this incarnation's row (another thread of this process may have moved it:
+        a drain racing a heartbeat is not a death)."""
+        with self.store.session() as s:
+            row = s.get(Instance, self.id)
+        assert row is not None
+        self.record = _record(row)
+        return self.record
+
     def heartbeat(self) -> bool:
-        """Renew the lease; False when this incarnation was declared dead meanwhile."""
+        """Renew the lease; False when this incarnation was declared dead (or stopped)."""
         if self.record is None:
             raise RuntimeError("the instance is not registered yet")
-        try:
-            self.write.apply(
-                Step(self.record, "heartbeat", {"lease_until": self.clock() + self.ttl})
-            )
-        except (Conflict, GuardRefused, IllegalTransition):
-            return False  # declared dead by another instance, or already stopped
-        return True
+        with self._lock:
+            for _ in range(2):
+                record = self.record
+                assert record is not None
+                try:
+                    self.write.apply(
+                        Step(record, "heartbeat", {"lease_until": self.clock() + self.ttl})
+                    )
+                    return True
+                except (Conflict, GuardRefused, IllegalTransition):
+                    if self._refresh().status not in (I.LIVE, I.DRAINING):
+                        return False  # declared dead by another instance, or stopped
+            return False
 
     def drain(self) -> None:
-        if self.record is not None and self.record.status == I.LIVE:
-            self.write.apply(Step(self.record, "drain"))
+        with self._lock:
+            if self.record is not None and self._refresh().status == I.LIVE:
+                self.write.apply(Step(self.record, "drain"))
 
     def stop(self) -> None:
-        if self.record is not None and self.record.status == I.DRAINING:
-            self.write.apply(Step(self.record, "stop"))
+        with self._lock:
+            if self.record is not None and self._refresh().status == I.DRAINING:
+                self.write.apply(Step(self.record, "stop"))
 
     def live_ids(self, now: datetime | None = None) -> set[str]:
         """Instances whose lease still holds at `now` (this one included)."""

@@ -132,15 +132,16 @@ class Runtime:
             lease=settings.session_lease,
             cap=settings.session_cap,
         )
+        recovery = Recovery(placeholder, lease)
         return cls(
             settings=settings,
             engine=placeholder,
             lease=lease,
-            recovery=Recovery(placeholder, lease),
+            recovery=recovery,
             sandbox=sandbox,
             sources=chosen,
             registry=registry,
-            sessions=Sessions(placeholder, lease, policy),
+            sessions=Sessions(placeholder, lease, policy, recovery.run),
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:

@@ -46,8 +46,16 @@ def request_key(session_id: str, request_id: JsonValue) -> str:
 
 
 class Sessions:
-    def __init__(self, engine: Engine, lease: InstanceLease, policy: LeasePolicy) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        lease: InstanceLease,
+        policy: LeasePolicy,
+        recover_executions: Callable[[], object] = lambda: None,
+    ) -> None:
         self.engine, self.lease, self.policy = engine, lease, policy
+        #: Recovery of dead instances' executions, run before a report describes their fate.
+        self.recover_executions = recover_executions
         self.store, self.write = engine.store, engine.write
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -231,10 +239,12 @@ class Sessions:
         still owed by a dead incarnation are declared lost first (the GET may arrive before
         the periodic recovery runs)."""
         self._lose_orphans(session_id)
-        return [
-            (_record(row), self.lost_error(row))
-            for row in self._rows(session_id, OwedRequestStatus.LOST)
-        ]
+        rows = self._rows(session_id, OwedRequestStatus.LOST)
+        if rows:
+            # Tell the fate recovery gives the execution, not the one it had when its owner
+            # died: take over what dead instances left before describing it.
+            self.recover_executions()
+        return [(_record(row), self.lost_error(row)) for row in rows]
 
     # -- recovery --------------------------------------------------------------------------------
 

@@ -199,6 +199,7 @@ class SessionGate:
         held: Callable[[str], bool],
     ) -> None:
         self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
+        self._report_locks: dict[str, anyio.Lock] = {}
         #: Whether the transport holds a session in memory (else a DELETE is ours to answer).
         self.held = held
 
@@ -222,6 +223,10 @@ class SessionGate:
                 )
                 return
         live = row is not None and row.status in ("active", "idle")
+        if row is not None and not live:
+            # Expired or closed: gone, even if this process still holds its transport.
+            await json_rpc_error(send, 404, -32600, "Session not found")
+            return
         method = scope["method"]
         if method == "GET" and session_id is not None and live:
             if await self._report_lost(session_id, send):
@@ -253,9 +258,23 @@ class SessionGate:
             group.cancel_scope.cancel()
 
     async def _report_lost(self, session_id: str, send: Send) -> bool:
-        reports = await to_thread.run_sync(self.sessions.lost_reports, session_id)
-        if not reports:
-            return False
+        # The client's listening GET and its resuming GET often arrive together after a
+        # restart: one of them reports, the other then finds nothing left to report.
+        lock = self._report_locks.setdefault(session_id, anyio.Lock())
+        try:
+            async with lock:
+                reports = await to_thread.run_sync(self.sessions.lost_reports, session_id)
+                if not reports:
+                    return False
+                await self._write_reports(reports, send)
+                return True
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._report_locks.pop(session_id, None)
+
+    async def _write_reports(
+        self, reports: list[tuple[Record, dict[str, JsonValue]]], send: Send
+    ) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -270,7 +289,6 @@ class SessionGate:
             await send({"type": "http.response.body", "body": sse_event(error), "more_body": True})
             await to_thread.run_sync(self.sessions.reported, record)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return True
 
     async def _post(
         self, scope: Scope, receive: Receive, send: Send, session_id: str | None, principal: Any
