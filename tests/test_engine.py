@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +28,7 @@ from machine.runtime import Runtime
 from machine.sandbox import RuntimeMismatch, seal, unseal
 from machine.tools.notes import NotesSource
 from machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
+from simulation.world import SimClock
 from spec import CrashPoint, ExecutionStatus, ToolCallStatus
 from tests.conftest import CANARY
 
@@ -36,15 +37,8 @@ MakeRuntime = Callable[..., Runtime]
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
+#: Simulated time that moves only when a test says so (the simulator's own clock).
+Clock = SimClock
 
 
 def notes_of(runtime: Runtime) -> NotesSource:
