@@ -1,6 +1,8 @@
 """Configuration, from environment variables (prefix `LOCKGATE_`) and an optional file.
 
-`DATABASE_URL` is read without the prefix, as hosting platforms set it. Every field has a
+`DATABASE_URL` is read without the prefix, as hosting platforms set it. The optional file is
+`lockgate.env` in the working directory, with the same variables as `KEY=value` lines; the
+environment wins over it. Every field has a
 description; the README's reference table is generated from this model.
 """
 
@@ -16,7 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LOCKGATE_",
-        env_file=None,
+        # An optional file of the same variables (KEY=value lines); the environment wins.
+        env_file="lockgate.env",
+        env_file_encoding="utf-8",
         extra="ignore",
         frozen=True,
     )

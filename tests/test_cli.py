@@ -92,3 +92,20 @@ def test_json_logs_never_carry_approval_tokens() -> None:
     )
     line = JsonLogFormatter().format(record)
     assert "abcDEF-123_x" not in line and "/approve/<redacted>" in line
+
+
+def test_settings_come_from_the_environment_and_an_optional_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from machine.settings import Settings
+
+    config = tmp_path / "lockgate.env"
+    config.write_text("LOCKGATE_PORT=9123\nLOCKGATE_APPROVAL_TTL=60\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().port == 9123 and Settings().approval_ttl.total_seconds() == 60
+    monkeypatch.setenv("LOCKGATE_PORT", "9200")  # the environment wins over the file
+    assert Settings().port == 9200
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert Settings().approval_ttl.total_seconds() == 86400  # no file is fine
