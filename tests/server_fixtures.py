@@ -344,11 +344,32 @@ def make_deployment(database_url: str, directory: Path, **settings: str) -> Depl
 async def mcp_client(url: str, key: str | None, mode: str) -> AsyncIterator[Client]:
     """The real SDK client over streamable HTTP, with a Bearer key (or none)."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30.0) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
-    ):
-        yield client
+    finished = False
+    try:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30.0) as http,
+            Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
+        ):
+            yield client
+            finished = True
+    except BaseExceptionGroup as group:
+        # The SDK client (mcp 2.3.0) sometimes fails its own teardown after a server was
+        # killed under one of its streams: a request task exits an anyio cancel scope from
+        # the wrong task. That happens after the test's body has run to the end, in code
+        # we do not own; anything else, or anything before the end, still fails the test.
+        if not finished or not _only_sdk_teardown_bug(group):
+            raise
+
+
+def _only_sdk_teardown_bug(group: BaseExceptionGroup) -> bool:
+    def leaves(exc: BaseException) -> list[BaseException]:
+        if isinstance(exc, BaseExceptionGroup):
+            return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+        return [exc]
+
+    return all(
+        isinstance(leaf, RuntimeError) and "cancel scope" in str(leaf) for leaf in leaves(group)
+    )
 
 
 @dataclass
