@@ -33,8 +33,9 @@ run: $(STAMP)
 diagrams: $(STAMP) system-deps
 	$(BIN)/lockgate diagrams
 
+# Two workers, one test file each at a time: most tests wait on real processes.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check spec machine server simulation tests

@@ -234,12 +234,17 @@ class Sessions:
                 )
             )
 
-    def lost_reports(self, session_id: str) -> list[tuple[Record, dict[str, JsonValue]]]:
-        """Entries of the session to report now, each with its JSON-RPC error body. Entries
-        still owed by a dead incarnation are declared lost first (the GET may arrive before
-        the periodic recovery runs)."""
+    def lost_reports(
+        self, session_id: str, stream: str | None = None
+    ) -> list[tuple[Record, dict[str, JsonValue]]]:
+        """Entries of the session to report now, each with its JSON-RPC error body (only the
+        request whose response stream is `stream`, when given). Entries still owed by a dead
+        incarnation are declared lost first (the GET may arrive before the periodic
+        recovery runs)."""
         self._lose_orphans(session_id)
         rows = self._rows(session_id, OwedRequestStatus.LOST)
+        if stream is not None:
+            rows = [row for row in rows if str(row.request_id) == stream]
         if rows:
             # Tell the fate recovery gives the execution, not the one it had when its owner
             # died: take over what dead instances left before describing it.

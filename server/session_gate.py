@@ -229,7 +229,12 @@ class SessionGate:
             return
         method = scope["method"]
         if method == "GET" and session_id is not None and live:
-            if await self._report_lost(session_id, send):
+            # A GET resuming one POST's stream (Last-Event-ID "<stream>:<n>"; a POST's stream
+            # is its request id) gets that request's report only: the client reads whatever
+            # arrives there as that request's answer. The listening GET gets all of them.
+            resumed = header(scope, b"last-event-id")
+            stream = resumed.rpartition(":")[0] or None if resumed else None
+            if await self._report_lost(session_id, send, stream):
                 return
             await self._until_drained(self.app, scope, receive, send)
         elif method == "DELETE" and session_id is not None and live:
@@ -257,13 +262,13 @@ class SessionGate:
             await app(scope, receive, send)
             group.cancel_scope.cancel()
 
-    async def _report_lost(self, session_id: str, send: Send) -> bool:
+    async def _report_lost(self, session_id: str, send: Send, stream: str | None) -> bool:
         # The client's listening GET and its resuming GET often arrive together after a
         # restart: one of them reports, the other then finds nothing left to report.
         lock = self._report_locks.setdefault(session_id, anyio.Lock())
         try:
             async with lock:
-                reports = await to_thread.run_sync(self.sessions.lost_reports, session_id)
+                reports = await to_thread.run_sync(self.sessions.lost_reports, session_id, stream)
                 if not reports:
                     return False
                 await self._write_reports(reports, send)

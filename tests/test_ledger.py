@@ -198,7 +198,7 @@ def test_stale_ledger_rows_never_extend_a_session_lease(
     assert after.sessions.sweep() == ["current"]
 
 
-# -- known server bugs, pinned in process (strict: they fail until fixed) -------------------
+# -- races and bugs found by the real-process tests, pinned in process ----------------------
 
 
 def test_two_concurrent_gets_report_a_lost_id_once(
@@ -256,11 +256,52 @@ def test_two_concurrent_gets_report_a_lost_id_once(
             # The buggy gate answers the second GET at once; a correct one may hold it
             # until the first is done (then this bounded wait runs out), or answer it
             # without the report.
-            with anyio.move_on_after(2):
+            with anyio.move_on_after(0.5):
                 await second_done.wait()
             release_first.set()
         reports = [m for chunks in written for m in sse_messages(b"".join(chunks)) if "error" in m]
         assert len(reports) == 1, reports
+
+    run(scenario())
+
+
+def test_a_resuming_get_reports_only_its_own_stream(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    runtime = make_runtime()
+    _open(runtime, "s")
+    for request_id in (5, 6):
+        runtime.sessions.lose(runtime.sessions.owe("s", request_id, "tools/call", None))
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    gate = SessionGate(
+        inner, runtime.sessions, deadline=60, drain=DrainSignal(), held=lambda _: True
+    )
+    written: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message.get("body", b""))
+
+    async def scenario() -> None:
+        # The SDK's event ids are "<stream>:<n>", and a POST's stream is its request id.
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": "/mcp",
+            "headers": [(b"mcp-session-id", b"s"), (b"last-event-id", b"5:3")],
+            "state": {"principal": "alice"},
+        }
+        await gate(scope, receive, send)
+        reported = [m["id"] for m in sse_messages(b"".join(written))]
+        assert reported == [5], reported
 
     run(scenario())
 
@@ -307,7 +348,7 @@ class DrainDuringHeartbeat(Faults):
         if runtime is not None and point.name == "instance:heartbeat:live->live:before_commit":
             self.drainer = threading.Thread(target=runtime.drain, name="lifespan")
             self.drainer.start()
-            self.drainer.join(timeout=2)
+            self.drainer.join(timeout=0.5)
 
 
 def test_a_heartbeat_racing_the_drain_still_ends_stopped(
@@ -477,15 +518,8 @@ def test_sigterm_drains_answering_or_reporting_what_is_owed(deployment: Deployme
     instance row ends `stopped`; nothing is left owed. The session survives: after a
     restart the same client session fetches the execution, which the drain let finish."""
     key = create_key_directly(deployment.database_url, "alice")
-    deployment.settings.update(
-        LOCKGATE_WAIT_BUDGET_SECS="60",
-        LOCKGATE_SSE_RETRY_MS="200",
-        # No heartbeat during the test: one racing the drain's own write fences the
-        # instance, which then never records its clean stop (a bug, pinned in process by
-        # test_a_heartbeat_racing_the_drain_still_ends_stopped).
-        LOCKGATE_HEARTBEAT_INTERVAL="60",
-        LOCKGATE_LEASE_TTL="120",
-    )
+    # Heartbeats every 0.2 s (the fixture's) keep racing the drain's own lease writes.
+    deployment.settings.update(LOCKGATE_WAIT_BUDGET_SECS="60", LOCKGATE_SSE_RETRY_MS="200")
 
     with relay() as hub, database(deployment.database_url) as db:
         first = deployment.start(name="a1")
@@ -529,23 +563,38 @@ def test_sigterm_drains_answering_or_reporting_what_is_owed(deployment: Deployme
         run(scenario())
 
 
-def test_a_sigkill_is_reported_once_on_the_next_get(deployment: Deployment) -> None:
-    """Raw HTTP: a POST owes an answer (code computing, its SSE stream open); the server is
-    SIGKILLed. After a restart, the session's next GET answers that id with -32010 (the
-    execution was requeued, so next `wait`) and closes; the GET after it is the ordinary
-    listening stream, without the report. The execution then completes."""
-    key = create_key_directly(deployment.database_url, "alice")
+def test_after_a_sigkill_the_session_works_and_its_lost_id_is_reported_once(
+    deployment: Deployment,
+) -> None:
+    """Raw HTTP, one session across a SIGKILL. The session is a row (principal, client info,
+    capabilities, protocol version). A POST owes an answer (code computing, its SSE stream
+    open) when the server is SIGKILLed. After a restart:
+    - the same session id works without a new initialize (tools/list);
+    - the session's next GET answers the lost id with -32010 (the execution was requeued,
+      so next `wait`) and closes; the GET after it is the ordinary listening stream: the
+      report went out exactly once; the execution then completes on `resume`;
+    - an unknown id gets the spec's 404, another principal's key 403, and DELETE closes
+      the session (then 404)."""
+    alice = create_key_directly(deployment.database_url, "alice")
+    bob = create_key_directly(deployment.database_url, "bob")
+    tools_list = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
     with database(deployment.database_url) as db:
         first = deployment.start(name="a1")
 
         async def scenario() -> None:
             async with httpx2.AsyncClient(timeout=30) as http:
-                session_id = await raw_initialize(http, first.url, key)
+                session_id = await raw_initialize(http, first.url, alice)
+                row = db.session(session_id)
+                assert row.principal_id == "alice"
+                assert row.protocol_version == PROTOCOL
+                assert row.client_info == {"name": "raw-test", "version": "1.0"}
+                assert row.capabilities == {}
+
                 async with http.stream(
                     "POST",
                     first.url,
-                    headers=headers(key, session_id),
+                    headers=headers(alice, session_id),
                     json=execute_request("lost-1", LONG),
                 ) as cut:
                     assert cut.status_code == 200
@@ -559,8 +608,19 @@ def test_a_sigkill_is_reported_once_on_the_next_get(deployment: Deployment) -> N
                             pass
 
                 second = await asyncio.to_thread(deployment.start, name="a2")
-                listen = headers(key, session_id, Accept="text/event-stream")
-                async with http.stream("GET", second.url, headers=listen) as reported:
+                assert second.instance_id != first.instance_id
+                url = second.url
+
+                # No initialize: the id is known, so it keeps working.
+                listed = await http.post(url, headers=headers(alice, session_id), json=tools_list)
+                assert listed.status_code == 200, listed.text
+                assert listed.headers["mcp-session-id"] == session_id
+                [answer] = sse_messages(listed.content)
+                names = {tool["name"] for tool in answer["result"]["tools"]}
+                assert names == {"execute", "resume", "describe_tools"}
+
+                listen = headers(alice, session_id, Accept="text/event-stream")
+                async with http.stream("GET", url, headers=listen) as reported:
                     assert reported.status_code == 200
                     assert reported.headers["content-type"].startswith("text/event-stream")
                     body = await reported.aread()  # the stream closes after the report
@@ -577,7 +637,7 @@ def test_a_sigkill_is_reported_once_on_the_next_get(deployment: Deployment) -> N
 
                 # Reported once: the next GET is the SDK's listening stream (its headers
                 # name the session), not another report.
-                async with http.stream("GET", second.url, headers=listen) as listening:
+                async with http.stream("GET", url, headers=listen) as listening:
                     assert listening.status_code == 200
                     assert listening.headers.get("mcp-session-id") == session_id
                 assert [r.status for r in db.owed(session_id) if r.request_id == "lost-1"] == [
@@ -587,8 +647,8 @@ def test_a_sigkill_is_reported_once_on_the_next_get(deployment: Deployment) -> N
                 deadline = time.monotonic() + 60
                 while True:
                     waited = await http.post(
-                        second.url,
-                        headers=headers(key, session_id),
+                        url,
+                        headers=headers(alice, session_id),
                         json=resume_request(8, execution_id),
                     )
                     [answer] = sse_messages(waited.content)
@@ -597,5 +657,19 @@ def test_a_sigkill_is_reported_once_on_the_next_get(deployment: Deployment) -> N
                         break
                     assert time.monotonic() < deadline, "the requeued execution never ended"
                 assert outcome["status"] == "completed" and outcome["result"] == LONG_TOTAL
+
+                unknown = await http.post(url, headers=headers(alice, "0" * 32), json=tools_list)
+                assert unknown.status_code == 404, unknown.text
+                assert unknown.json()["error"]["code"] == -32600
+                foreign = await http.post(url, headers=headers(bob, session_id), json=tools_list)
+                assert foreign.status_code == 403, foreign.text
+                assert foreign.json()["error"]["code"] == -32003
+
+                closed = await http.delete(url, headers=headers(alice, session_id))
+                assert closed.status_code == 200, closed.text
+                gone = await http.post(url, headers=headers(alice, session_id), json=tools_list)
+                assert gone.status_code == 404, gone.text
+                assert gone.json()["error"]["code"] == -32600
+                assert db.session(session_id).status == "closed"
 
         run(scenario())
