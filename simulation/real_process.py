@@ -221,18 +221,30 @@ def run_in_process(
     upgrade(engine)
     key = ApiKeys(SqlStore(engine)).create("sim").secret
 
-    def start() -> ServerProcess:
-        env = dict(base_env)
-        if point is not None and kills == 0:
-            env["LOCKGATE_CRASH_AT"] = point.name
-        with open(logs, "a", encoding="utf-8") as log:
-            server = ServerProcess(env, log)
-        servers.append(server)
-        trace.append(f"server process {server.proc.pid} up on port {server.port}")
-        return server
-
     violations: list[Violation] = []
     fired: list[CrashPoint] = []
+
+    def start() -> ServerProcess:
+        """Start the server; a point reached during its boot (recovery, the first
+        heartbeat) kills it there, and it is started again, as a supervisor would."""
+        nonlocal kills
+        for _ in range(MAX_RESTARTS + 1):
+            env = dict(base_env)
+            if point is not None and kills == 0:
+                env["LOCKGATE_CRASH_AT"] = point.name
+            try:
+                with open(logs, "a", encoding="utf-8") as log:
+                    server = ServerProcess(env, log)
+            except ProcessKilled as killed:
+                kills += 1
+                if point is not None:
+                    fired.append(point)
+                trace.append(f"KILLED (SIGKILL) during boot at {point}: {killed}")
+                continue
+            servers.append(server)
+            trace.append(f"server process {server.proc.pid} up on port {server.port}")
+            return server
+        raise RuntimeError("the server could not be started")
     try:
         client = McpClient(start, key)
         for _ in range(MAX_RESTARTS + 1):

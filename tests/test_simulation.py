@@ -92,3 +92,12 @@ def test_simulate_cli_reports_counts_and_refuses_bad_input() -> None:
     assert bad.exit_code == 2 and "no scenario 'nope'" in bad.output
     bad_point = runner.invoke(cli.app, ["simulate", "--crash-at", "x:y"])
     assert bad_point.exit_code == 2 and "not a crash point name" in bad_point.output
+
+
+@pytest.mark.slow
+def test_a_real_server_killed_during_its_boot_is_started_again() -> None:
+    point = CrashPoint.parse("instance:heartbeat:live->live:before_commit")
+    result = run_in_process(by_name("plain"), point)
+    assert result.fired == [point]
+    assert any("during boot" in step for step in result.trace)
+    assert result.violations == []
