@@ -251,6 +251,13 @@ class Sessions:
             self.recover_executions()
         return [(_record(row), self.lost_error(row)) for row in rows]
 
+    def still_owed(self, session_id: str, stream: str) -> bool:
+        """Whether the request behind a response stream may still be answered (some live
+        or not yet recovered incarnation owes it)."""
+        return any(
+            str(row.request_id) == stream for row in self._rows(session_id, OwedRequestStatus.OWED)
+        )
+
     # -- recovery --------------------------------------------------------------------------------
 
     def _dead_incarnations(self) -> set[int]:

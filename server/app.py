@@ -63,10 +63,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     approvals = ApprovalSurface(runtime, runner, keys, ApprovalTokens(runtime.engine.store))
     mcp = LockgateMCP(runner, runtime.registry, approvals.approval_url, settings.max_code_chars)
     extra_hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
+    events = MemoryEventStore()
     session_manager = DurableSessionManager(
         mcp.server,
         runtime.sessions,
-        event_store=MemoryEventStore(),
+        event_store=events,
         security_settings=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*LOOPBACK_HOSTS, *extra_hosts],
@@ -123,6 +124,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         deadline=settings.response_deadline_secs,
         drain=drain,
         held=lambda session_id: session_id in session_manager._server_instances,
+        replayable=events.knows,
     )
     mcp_endpoint = WhenReady(BearerAuth(gate, keys), ready)
     app.add_route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]

@@ -27,6 +27,9 @@ class MemoryEventStore(EventStore):
             self._events.popitem(last=False)
         return event_id
 
+    def knows(self, event_id: str) -> bool:
+        return event_id in self._events
+
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
     ) -> StreamId | None:

@@ -197,11 +197,14 @@ class SessionGate:
         deadline: float,
         drain: DrainSignal,
         held: Callable[[str], bool],
+        replayable: Callable[[str], bool] = lambda event_id: False,
     ) -> None:
         self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
         self._report_locks: dict[str, anyio.Lock] = {}
         #: Whether the transport holds a session in memory (else a DELETE is ours to answer).
         self.held = held
+        #: Whether this process can replay the events after an event id (its own streams).
+        self.replayable = replayable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = header(scope, b"mcp-protocol-version")
@@ -235,6 +238,22 @@ class SessionGate:
             resumed = header(scope, b"last-event-id")
             stream = resumed.rpartition(":")[0] or None if resumed else None
             if await self._report_lost(session_id, send, stream):
+                return
+            if (
+                resumed is not None
+                and stream is not None
+                and not self.replayable(resumed)
+                and not await to_thread.run_sync(self.sessions.still_owed, session_id, stream)
+            ):
+                # An earlier incarnation's stream with nothing left to say: an empty stream
+                # would have the client reconnect forever; an error makes it give up.
+                await json_rpc_error(
+                    send,
+                    404,
+                    -32600,
+                    "Nothing to resume on this stream: its request was already answered or "
+                    "reported.",
+                )
                 return
             await self._until_drained(self.app, scope, receive, send)
         elif method == "DELETE" and session_id is not None and live:

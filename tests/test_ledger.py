@@ -306,6 +306,28 @@ def test_a_resuming_get_reports_only_its_own_stream(
     run(scenario())
 
 
+def test_a_resuming_get_for_a_stream_nobody_can_replay_is_not_an_empty_stream(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    runtime = make_runtime()
+    key = key_for(runtime, "alice")
+
+    async def scenario() -> None:
+        async with serving(runtime) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+            resuming = headers(key, session_id, Accept="text/event-stream")
+            resuming["Last-Event-ID"] = "7:3"  # request 7's stream, from before a restart
+            async with http.stream("GET", URL, headers=resuming) as response:
+                body = None
+                with anyio.move_on_after(2):  # a stream kept open is no reconnect loop
+                    body = await response.aread()
+            assert not (response.status_code == 200 and body == b""), (
+                "an empty stream that ended at once: the client reconnects to it forever"
+            )
+
+    run(scenario())
+
+
 def test_a_report_after_a_lease_lapse_tells_the_recovered_fate(
     make_runtime: Callable[..., Runtime],
 ) -> None:
@@ -435,15 +457,18 @@ def resume_request(request_id: Any, execution_id: str) -> dict[str, Any]:
 
 
 async def outcome_of(client: Any, execution_id: str, timeout: float = 60.0) -> dict[str, Any]:
-    """`resume` without an action until the execution is no longer running. A -32010 with
-    next `wait` (the response deadline passed while waiting) means the same."""
+    """`resume` without an action until the execution is no longer running. A -32010 (the
+    response deadline passed while waiting) says to ask again: next `wait`, or `fetch` when
+    the execution ended just as the deadline fired."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             result = await client.call_tool("resume", {"executionId": execution_id})
         except MCPError as exc:
             assert exc.error.code == REQUEST_LOST, exc.error
-            assert isinstance(exc.error.data, dict) and exc.error.data["next"] == "wait"
+            data = exc.error.data
+            assert isinstance(data, dict) and data["executionId"] == execution_id, data
+            assert data["next"] in ("wait", "fetch"), data
             continue
         body = structured(result)
         if body["status"] != "running":
