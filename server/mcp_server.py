@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
+import anyio
 import mcp_types as types
 from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
@@ -24,6 +25,7 @@ from server import shapes
 from server.auth import current_principal
 from server.operations import log_execution_id, log_session_id
 from server.runner import ExecutionRunner
+from server.session_gate import stream_ready
 
 log = logging.getLogger("lockgate.mcp")
 
@@ -146,6 +148,12 @@ class LockgateMCP:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         principal = current_principal.get()
+        ready = stream_ready.get()
+        if ready is not None:
+            # Before any durable work: the client must be able to resume this stream (and
+            # collect a -32010) if the process dies from here on.
+            with anyio.move_on_after(2):
+                await ready.wait()
         arguments = params.arguments or {}
         session_id = ctx.request.headers.get("mcp-session-id") if ctx.request else None
         log_session_id.set(session_id)

@@ -18,6 +18,7 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -81,6 +82,12 @@ class DrainSignal:
             await anyio.sleep(0.1)
 
 
+#: Set once the owed response carries what a client needs to resume it (the priming event
+#: with its id, or the response start when none is coming); tool handlers wait for it, so a
+#: crash early in a request still leaves the client a stream to resume and collect from.
+stream_ready: ContextVar[anyio.Event | None] = ContextVar("lockgate_stream_ready", default=None)
+
+
 class OwedResponse:
     """Watches one POST's response for the answer it owes; reports it lost otherwise."""
 
@@ -95,6 +102,9 @@ class OwedResponse:
         self._buffer = bytearray()
         self._json = bytearray()
         self._lock = anyio.Lock()
+        self.ready = anyio.Event()
+        #: Whether the SDK sends a priming event first (protocol 2025-11-25 and later).
+        self.primes = True
 
     async def send(self, message: Message) -> None:
         async with self._lock:
@@ -106,6 +116,8 @@ class OwedResponse:
                 content_type = dict(message.get("headers", [])).get(b"content-type", b"")
                 self.sse = content_type.startswith(b"text/event-stream")
                 await self._send(message)
+                if not (self.sse and self.primes):
+                    self.ready.set()
                 return
             if message["type"] != "http.response.body":
                 await self._send(message)
@@ -116,6 +128,7 @@ class OwedResponse:
                 # The stream is ending without our answer: report the id lost first.
                 await self._report_locked(final=False)
             await self._send(message)
+            self.ready.set()
             if not more:
                 self.finished = True
             if self.settled:
@@ -367,6 +380,9 @@ class SessionGate:
                 self.sessions.owe, session_id, request_id, str(parsed["method"]), execution_id
             )
             watcher = OwedResponse(self.sessions, owed, request_id, send)
+            version = header(scope, b"mcp-protocol-version") or "2025-11-25"
+            watcher.primes = version >= "2025-11-25"
+            token = stream_ready.set(watcher.ready)
             async with anyio.create_task_group() as group:
 
                 async def stop_when_due() -> None:
@@ -380,7 +396,10 @@ class SessionGate:
 
                 group.start_soon(stop_when_due)
                 group.start_soon(note_gone)
-                await self.app(scope, replay, watcher.send)
+                try:
+                    await self.app(scope, replay, watcher.send)
+                finally:
+                    stream_ready.reset(token)
                 group.cancel_scope.cancel()
             if not watcher.settled:
                 with anyio.CancelScope(shield=True):

@@ -186,10 +186,9 @@ def test_sigkill_before_anything_ran_suggests_re_executing(deployment: Deploymen
     which re-executing is suggested); re-executing on the same session completes.
 
     The relay shows what the server wrote before dying. The SDK client can only reconnect a
-    POST stream that carried an event id (the priming event); the server sends that event
-    concurrently with dispatching the request, and a crash this early usually beats it (see
-    XFAIL_UNPRIMED). The server's own report is then still checked on the wire: it goes out
-    on the session's next GET (the client's listening stream), where the client drops it.
+    POST stream that carried an event id (the priming event); the tool handler waits for
+    that event before doing anything durable, so even a crash this early leaves the client
+    a stream to resume, on which it reads the report as this request's answer.
     """
     key = configure(deployment)
 
@@ -240,21 +239,13 @@ def test_sigkill_before_anything_ran_suggests_re_executing(deployment: Deploymen
         cut = hub.cut_response(b'"6 * 7"')
         assert cut is not None, "no connection carried the request the server died on"
         error = outcome["error"]
-        if not carries_event_id(cut):
-            assert error.code == -32000, error  # the SDK's "stream ended without a response"
-            pytest.xfail(XFAIL_UNPRIMED)
+        # The handler waited for the stream's event id before doing anything durable, so
+        # the client can always resume it and read the report as this request's answer.
+        assert carries_event_id(cut), "the server died before the client could resume"
         assert error.code == -32010, error
         assert error.data == data
 
 
-#: A server bug, reported to the lead: see the final report.
-XFAIL_UNPRIMED = (
-    "server: the SSE priming event (the event id the client resumes from) is sent "
-    "concurrently with dispatching the request, so a crash early in the handler often "
-    "kills the process before the event is written; the SDK client then cannot resume the "
-    "stream and resolves the request with -32000, dropping the -32010 report that the next "
-    "GET carries"
-)
 
 
 def test_a_session_moves_to_the_other_instance_of_a_postgres_pair(
