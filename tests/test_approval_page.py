@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from server.app import create_app
 from server.approval_tokens import ApprovalTokens
 from server.keys import ApiKeys
 from tests.conftest import CANARY
+from tests.polling import wait_for as wait_until
 
 PRINCIPAL = "alice"
 WRITE_NOTE = 'r = tools.notes.write(key="greeting", text="hello there")\n{"wrote": r}'
@@ -82,17 +82,6 @@ class Served:
 
     def status_of(self, execution_id: str) -> str:
         return str(self.runtime.engine.view(execution_id).status)
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @contextmanager

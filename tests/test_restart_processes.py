@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ from machine.db.connect import open_engine
 from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
 from machine.tools.notes import NotesSource
 from tests.conftest import CANARY
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,18 +48,6 @@ LIST_TWICE = "a = tools.notes.list()\nb = tools.notes.list()\n[a, b]"
 
 DISPATCH = "tool_call:dispatch:approved->dispatched"
 SUCCEED = "tool_call:succeed:dispatched->succeeded"
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll `condition` until it returns something truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.polling import wait_for
 from tests.server_fixtures import (
     MODES,
     SharedServer,
@@ -22,7 +23,6 @@ from tests.server_fixtures import (
     structured,
     text_of,
     unique_key,
-    wait_for,
     writes_of,
 )
 

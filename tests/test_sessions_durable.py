@@ -246,8 +246,6 @@ def test_sigkill_before_anything_ran_suggests_re_executing(deployment: Deploymen
         assert error.data == data
 
 
-
-
 def test_a_session_moves_to_the_other_instance_of_a_postgres_pair(
     deployment: Deployment,
 ) -> None:
