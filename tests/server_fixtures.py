@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import socket
@@ -44,7 +43,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from machine.tools.notes import NotesSource
-from tests.conftest import CANARY
+from tests.process_env import lockgate_env
 
 #: The console script installed next to the interpreter running the tests (.venv/bin).
 LOCKGATE = Path(sys.executable).with_name("lockgate")
@@ -227,18 +226,7 @@ class Deployment:
     servers: list[LockgateServer] = field(default_factory=list)
 
     def env(self, overrides: dict[str, str]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("LOCKGATE_") and k != "DATABASE_URL"
-        }
-        env.update(
-            DATABASE_URL=self.database_url,
-            LOCKGATE_NOTES_DIR=str(self.notes_dir),
-            LOCKGATE_SECRET_NOTES_TOKEN=CANARY,
-            LOCKGATE_INSTANCE_NAME="a",
-            LOCKGATE_MAX_DURATION_SECS="20",
-        )
+        env = lockgate_env(self.database_url, self.notes_dir, LOCKGATE_MAX_DURATION_SECS="20")
         env.update(self.settings)
         env.update(overrides)
         return env

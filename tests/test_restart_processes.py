@@ -13,7 +13,6 @@ Nothing here sleeps to hide a race: every wait polls a condition with a deadline
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import signal
 import subprocess
@@ -32,8 +31,8 @@ from sqlmodel import Session, col, select
 from machine.db.connect import open_engine
 from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
 from machine.tools.notes import NotesSource
-from tests.conftest import CANARY
 from tests.polling import wait_for
+from tests.process_env import lockgate_env
 
 pytestmark = pytest.mark.slow
 
@@ -103,17 +102,9 @@ class Procs:
     started: list[Proc] = field(default_factory=list)
 
     def env(self, overrides: dict[str, str]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("LOCKGATE_") and k != "DATABASE_URL"
-        }
-        env.update(
-            DATABASE_URL=self.database_url,
-            LOCKGATE_NOTES_DIR=str(self.notes_dir),
-            LOCKGATE_SECRET_NOTES_TOKEN=CANARY,
-            LOCKGATE_INSTANCE_NAME="a",
-            # ISO 8601 durations: pydantic reads a timedelta from "PT1S", not from "1".
+        env = lockgate_env(
+            self.database_url,
+            self.notes_dir,
             LOCKGATE_LEASE_TTL="PT1S",
             LOCKGATE_HEARTBEAT_INTERVAL="PT0.2S",
             LOCKGATE_MAX_DURATION_SECS="10",

@@ -1,0 +1,23 @@
+"""The environment a Lockgate process under test starts with: the test's database and notes,
+the canary as the notes token, and nothing inherited from the caller's own LOCKGATE_*."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.conftest import CANARY
+
+
+def lockgate_env(database_url: str, notes_dir: Path, **settings: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_") and k != "DATABASE_URL"
+    }
+    env.update(
+        DATABASE_URL=database_url,
+        LOCKGATE_NOTES_DIR=str(notes_dir),
+        LOCKGATE_SECRET_NOTES_TOKEN=CANARY,
+        LOCKGATE_INSTANCE_NAME="a",
+    )
+    env.update(settings)
+    return env
