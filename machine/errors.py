@@ -27,6 +27,7 @@ class ErrorCode(StrEnum):
     INVALID_ARGUMENTS = "invalid_arguments"
     BLOCKED = "blocked"
     SNAPSHOT_CORRUPT = "snapshot_corrupt"
+    LIMIT_REACHED = "limit_reached"
 
 
 class LockgateError(Exception):

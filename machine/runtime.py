@@ -105,6 +105,8 @@ class Runtime:
                 max_recursion_depth=settings.max_recursion_depth,
                 max_calls=settings.max_calls,
             ),
+            max_processes=settings.sandbox_workers,
+            max_per_principal=settings.max_workers_per_principal,
         )
         faults = faults or Faults.from_environment()
         placeholder = Engine(

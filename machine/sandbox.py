@@ -50,6 +50,7 @@ from pydantic_monty import (
 )
 
 from machine.errors import ErrorCode, LockgateError
+from machine.fair_slots import FairSlots
 from machine.values import limit_size, to_json, truncation_marker
 
 MONTY_VERSION: str = pydantic_monty.__version__
@@ -323,7 +324,10 @@ class Sandbox:
 
     One pool of Monty workers per Sandbox; each step checks out a worker of its own, so
     `start`/`resume` may be called from several threads at once (at most `max_processes`
-    steps run at a time, the others wait for a worker).
+    steps run at a time, the others wait for a worker). Workers are shared fairly: a step
+    first takes a slot for its principal (see `FairSlots`), so one principal's steps occupy
+    at most `max_per_principal` workers at once, and a freed worker goes to the waiting
+    principal that holds the fewest.
     """
 
     def __init__(
@@ -331,6 +335,7 @@ class Sandbox:
         namespace: Mapping[str, Sequence[str]],
         limits: SandboxLimits | None = None,
         max_processes: int = 4,
+        max_per_principal: int | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.namespace = {source: tuple(tools) for source, tools in namespace.items()}
@@ -338,6 +343,8 @@ class Sandbox:
         self._tool_names = frozenset(
             f"tools.{source}.{tool}" for source, tools in self.namespace.items() for tool in tools
         )
+        #: One slot per worker: a step holding a slot always finds a worker free.
+        self.slots = FairSlots(max_processes, max_per_principal or max_processes)
         self._pool = Monty(max_processes=max_processes, request_timeout=self.limits.worker_timeout)
         self._pool.__enter__()
         self._closed = False
@@ -366,10 +373,11 @@ class Sandbox:
             os_policy=_OS_POLICY,
         )
 
-    def start(self, code: str) -> Step:
-        """Run `code` until its first tool call, its end, or a failure."""
+    def start(self, code: str, *, principal: str) -> Step:
+        """Run `code` (on behalf of `principal`) until its first tool call, its end, or a
+        failure."""
         logs = _Logs(self.limits.max_log_chars)
-        with self._checkout() as session:
+        with self.slots.acquire(principal), self._checkout() as session:
 
             def advance() -> SyncSnapshot:
                 session.feed_run(_PRELUDE)
@@ -377,14 +385,15 @@ class Sandbox:
 
             return self._run(advance, 0, logs)
 
-    def resume(self, sealed: bytes, outcome: ToolOutcome) -> Step:
-        """Answer the pending tool call of a sealed snapshot and run to the next step.
+    def resume(self, sealed: bytes, outcome: ToolOutcome, *, principal: str) -> Step:
+        """Answer the pending tool call of a sealed snapshot and run to the next step (on
+        behalf of `principal`).
 
         Raises RuntimeMismatch or SnapshotCorrupt, before running any of the code.
         """
         dump, calls = unseal(sealed)
         logs = _Logs(self.limits.max_log_chars)
-        with self._checkout() as session:
+        with self.slots.acquire(principal), self._checkout() as session:
 
             def advance() -> SyncSnapshot:
                 try:

@@ -3,12 +3,19 @@
 Agent code runs in worker threads. A call that outlives the budget answers `running` and the
 execution carries on; `wait` picks up its outcome later from any instance (the row is the
 truth, so waiting works across sessions, restarts and instances).
+
+Admission: one principal may have `max_running_per_principal` pieces of execute/resume work
+in flight on this instance (counted until the worker thread's work really ends, not until the
+wait budget runs out) and `max_paused_per_principal` executions waiting for approval across
+all instances; beyond either, the call is refused with `limit_reached` before anything is
+stored or decided.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -16,6 +23,7 @@ from anyio import to_thread
 from pydantic import JsonValue
 
 from machine.engine import Action
+from machine.execution_errors import LimitReached
 from machine.runtime import Runtime
 from machine.views import ExecutionView
 from server.shapes import Running
@@ -26,16 +34,65 @@ T = TypeVar("T")
 POLL_SECONDS = 0.2
 
 
+class InFlight:
+    """Engine work in flight on this instance, per principal, bounded by `limit`.
+
+    `claim` happens on the event loop, `release` in the worker thread that did the work."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def claim(self, principal: str) -> None:
+        """Count one more piece of work for `principal`; LimitReached when at the limit."""
+        with self._lock:
+            held = self._counts.get(principal, 0)
+            if held >= self.limit:
+                raise LimitReached.running(self.limit)
+            self._counts[principal] = held + 1
+
+    def release(self, principal: str) -> None:
+        with self._lock:
+            held = self._counts.get(principal, 0) - 1
+            if held > 0:
+                self._counts[principal] = held
+            else:
+                self._counts.pop(principal, None)
+
+    def count(self, principal: str) -> int:
+        with self._lock:
+            return self._counts.get(principal, 0)
+
+
 class ExecutionRunner:
-    def __init__(self, runtime: Runtime, *, workers: int = 16) -> None:
+    #: Threads here mostly wait (for a fair sandbox slot, a tool, the database), so they are
+    #: cheap: 64 lets 16 principals each at the default running limit (4) go on before any
+    #: other principal's work queues for a thread.
+    def __init__(self, runtime: Runtime, *, workers: int = 64) -> None:
         self.runtime = runtime
-        self.budget = runtime.settings.wait_budget_secs
+        settings = runtime.settings
+        self.budget = settings.wait_budget_secs
+        self.in_flight = InFlight(settings.max_running_per_principal)
         self.pool = concurrent.futures.ThreadPoolExecutor(workers, "lockgate-exec")
 
     async def _within_budget(
-        self, work: Callable[[], ExecutionView], execution_id: str
+        self,
+        work: Callable[[], ExecutionView],
+        execution_id: str,
+        principal: str | None = None,
     ) -> ExecutionView | Running:
-        wrapped = asyncio.wrap_future(self.pool.submit(work))
+        """Run `work` in a worker thread, answering `running` past the budget. With
+        `principal`, the work holds one of its claimed in-flight places (see `InFlight`),
+        released when the work ends."""
+        job = work if principal is None else self._releasing(principal, work)
+        try:
+            future = self.pool.submit(job)
+        except BaseException:
+            if principal is not None:
+                self.in_flight.release(principal)
+            raise
+        wrapped = asyncio.wrap_future(future)
         done, _ = await asyncio.wait({wrapped}, timeout=self.budget)
         if not done:
             # The thread goes on and the row will tell; its outcome is read (and dropped)
@@ -44,12 +101,35 @@ class ExecutionRunner:
             return Running(execution_id)
         return wrapped.result()
 
+    def _releasing(
+        self, principal: str, work: Callable[[], ExecutionView]
+    ) -> Callable[[], ExecutionView]:
+        def job() -> ExecutionView:
+            try:
+                return work()
+            finally:
+                self.in_flight.release(principal)
+
+        return job
+
+    def _admit_new(self, principal: str) -> None:
+        """Refuse a new execution while the principal is at its paused limit."""
+        limit = self.runtime.settings.max_paused_per_principal
+        if self.runtime.engine.paused_count(principal) >= limit:
+            raise LimitReached.paused(limit)
+
     async def execute(
         self, principal: str, code: str, session_id: str | None, origin: str | None = None
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
-        claimed = await to_thread.run_sync(engine.begin, principal, code, session_id, origin)
-        return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id)
+        self.in_flight.claim(principal)
+        try:
+            await to_thread.run_sync(self._admit_new, principal)
+            claimed = await to_thread.run_sync(engine.begin, principal, code, session_id, origin)
+        except BaseException:
+            self.in_flight.release(principal)
+            raise
+        return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id, principal)
 
     async def resume(
         self,
@@ -61,11 +141,13 @@ class ExecutionRunner:
         expected_call: int | None = None,
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
+        self.in_flight.claim(principal)
         return await self._within_budget(
             lambda: engine.resume(
                 execution_id, principal, action, content, expected_call=expected_call
             ),
             execution_id,
+            principal,
         )
 
     async def wait(self, principal: str, execution_id: str) -> ExecutionView | Running:

@@ -36,6 +36,8 @@ from machine.sandbox import (
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = {"notes": ["read", "write"], "mail": ["send"]}
 FAST = SandboxLimits(max_duration_secs=5, worker_timeout_secs=30)
+#: The principal every step here runs for (the engine passes the execution's).
+P = "alice"
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +76,10 @@ def run(
     sb: Sandbox, code: str, answer: Callable[[ToolRequest], ToolOutcome]
 ) -> tuple[Step, list[ToolRequest]]:
     """Drive `code` to its end, answering every tool call with `answer`."""
-    step, requests = sb.start(code), []
+    step, requests = sb.start(code, principal=P), []
     while isinstance(step, Suspended):
         requests.append(step.request)
-        step = sb.resume(step.snapshot, answer(step.request))
+        step = sb.resume(step.snapshot, answer(step.request), principal=P)
     return step, requests
 
 
@@ -85,23 +87,27 @@ def run(
 
 
 def test_runs_to_completion_with_output_and_logs(sandbox: Sandbox) -> None:
-    step = sandbox.start('print("hello")\nx = [i * i for i in range(4)]\n{"squares": x}')
+    step = sandbox.start(
+        'print("hello")\nx = [i * i for i in range(4)]\n{"squares": x}', principal=P
+    )
     assert step == Finished(output={"squares": [0, 1, 4, 9]}, logs="hello\n")
 
 
 def test_a_statement_at_the_end_gives_none(sandbox: Sandbox) -> None:
-    assert sandbox.start("x = 1") == Finished(output=None, logs="")
+    assert sandbox.start("x = 1", principal=P) == Finished(output=None, logs="")
 
 
 def test_output_is_converted_to_json(sandbox: Sandbox) -> None:
-    step = sandbox.start('{"t": (1, 2), "s": {3, 1}, 4: b"hi", "nan": float("nan")}')
+    step = sandbox.start('{"t": (1, 2), "s": {3, 1}, 4: b"hi", "nan": float("nan")}', principal=P)
     assert step == Finished(
         output={"t": [1, 2], "s": [1, 3], "4": {"$bytes_base64": "aGk="}, "nan": "nan"}, logs=""
     )
 
 
 def test_tool_call_suspends_with_name_and_arguments(sandbox: Sandbox) -> None:
-    step = suspended(sandbox.start('print("before")\ntools.notes.write("k", text="v", n=[1])'))
+    step = suspended(
+        sandbox.start('print("before")\ntools.notes.write("k", text="v", n=[1])', principal=P)
+    )
     assert step.request == ToolRequest(
         name="notes.write", args=("k",), kwargs={"text": "v", "n": [1]}
     )
@@ -112,8 +118,8 @@ def test_tool_call_suspends_with_name_and_arguments(sandbox: Sandbox) -> None:
 
 def test_resume_returns_the_value_to_the_code(sandbox: Sandbox) -> None:
     code = 'n = tools.notes.read(key="a")\nprint("got", n)\nn["count"] + 1'
-    step = suspended(sandbox.start(code))
-    done = sandbox.resume(step.snapshot, Returned({"count": 41}))
+    step = suspended(sandbox.start(code, principal=P))
+    done = sandbox.resume(step.snapshot, Returned({"count": 41}), principal=P)
     assert done == Finished(output=42, logs="got {'count': 41}\n")
 
 
@@ -129,17 +135,21 @@ def test_raised_can_be_caught_by_the_code(sandbox: Sandbox) -> None:
             print(type(e).__name__, e)
         "went on"
     """)
-    step = suspended(sandbox.start(code))
-    step = suspended(sandbox.resume(step.snapshot, Raised("PermissionError", "denied by Ann")))
+    step = suspended(sandbox.start(code, principal=P))
+    step = suspended(
+        sandbox.resume(step.snapshot, Raised("PermissionError", "denied by Ann"), principal=P)
+    )
     assert step.logs == "refused: denied by Ann\n"
-    done = sandbox.resume(step.snapshot, Raised("RuntimeError", "E_TOOL: mailbox full"))
+    done = sandbox.resume(
+        step.snapshot, Raised("RuntimeError", "E_TOOL: mailbox full"), principal=P
+    )
     assert done == Finished(output="went on", logs="RuntimeError E_TOOL: mailbox full\n")
 
 
 def test_uncaught_raised_fails_naming_the_error(sandbox: Sandbox) -> None:
-    step = suspended(sandbox.start("x = 1\ntools.mail.send(to='bob')\nx"))
+    step = suspended(sandbox.start("x = 1\ntools.mail.send(to='bob')\nx", principal=P))
     done = failed(
-        sandbox.resume(step.snapshot, Raised("ValueError", "bad address")),
+        sandbox.resume(step.snapshot, Raised("ValueError", "bad address"), principal=P),
         FailureReason.RUNTIME_ERROR,
     )
     assert done.message == "ValueError: bad address (line 2)"
@@ -164,9 +174,9 @@ def test_raised_accepts_only_catchable_builtin_exceptions() -> None:
     ],
 )
 def test_every_import_form_reaches_the_tool(sandbox: Sandbox, code: str) -> None:
-    step = suspended(sandbox.start(code))
+    step = suspended(sandbox.start(code, principal=P))
     assert step.request == ToolRequest("notes.read", (), {"key": 1})
-    assert sandbox.resume(step.snapshot, Returned("ok")) == Finished("ok", "")
+    assert sandbox.resume(step.snapshot, Returned("ok"), principal=P) == Finished("ok", "")
 
 
 def test_a_tool_loop_makes_one_step_per_call(sandbox: Sandbox) -> None:
@@ -184,7 +194,7 @@ def test_unknown_tool_is_a_catchable_attribute_error(sandbox: Sandbox) -> None:
             print("no:", e)
         tools.nosuch.thing()
     """)
-    step = failed(sandbox.start(code), FailureReason.RUNTIME_ERROR)
+    step = failed(sandbox.start(code, principal=P), FailureReason.RUNTIME_ERROR)
     assert step.logs == "no: module 'tools.notes' has no attribute 'delete'\n"
     assert step.message == "AttributeError: module 'tools' has no attribute 'nosuch' (line 6)"
 
@@ -197,7 +207,7 @@ def test_undefined_names_are_name_errors(sandbox: Sandbox) -> None:
             print(e)
         missing + 1
     """)
-    step = failed(sandbox.start(code), FailureReason.RUNTIME_ERROR)
+    step = failed(sandbox.start(code, principal=P), FailureReason.RUNTIME_ERROR)
     assert step.logs == "name 'helper' is not defined\n"
     assert step.message == "NameError: name 'missing' is not defined (line 6)"
 
@@ -213,23 +223,23 @@ def test_files_network_and_environment_are_refused(sandbox: Sandbox) -> None:
             except PermissionError as e:
                 print(e)
     """)
-    step = sandbox.start(code)
+    step = sandbox.start(code, principal=P)
     assert isinstance(step, Finished), step
     assert step.logs.count("not available in the sandbox") == 3
 
 
 def test_sleep_returns_at_once_and_stdlib_imports_work(sandbox: Sandbox) -> None:
     code = "import time, json, math\ntime.sleep(60)\njson.dumps({'pi': round(math.pi, 2)})"
-    assert sandbox.start(code) == Finished('{"pi": 3.14}', "")
+    assert sandbox.start(code, principal=P) == Finished('{"pi": 3.14}', "")
 
 
 def test_unknown_module_is_module_not_found(sandbox: Sandbox) -> None:
-    step = failed(sandbox.start("import requests"), FailureReason.RUNTIME_ERROR)
+    step = failed(sandbox.start("import requests", principal=P), FailureReason.RUNTIME_ERROR)
     assert step.message == "ModuleNotFoundError: No module named 'requests' (line 1)"
 
 
 def test_stderr_is_in_the_logs(sandbox: Sandbox) -> None:
-    step = sandbox.start('import sys\nprint("out")\nprint("err", file=sys.stderr)')
+    step = sandbox.start('import sys\nprint("out")\nprint("err", file=sys.stderr)', principal=P)
     assert step == Finished(None, "out\nerr\n")
 
 
@@ -237,7 +247,9 @@ def test_stderr_is_in_the_logs(sandbox: Sandbox) -> None:
 
 
 def test_syntax_error(sandbox: Sandbox) -> None:
-    step = failed(sandbox.start("x = 1\ndef f(:\n    pass"), FailureReason.SYNTAX_ERROR)
+    step = failed(
+        sandbox.start("x = 1\ndef f(:\n    pass", principal=P), FailureReason.SYNTAX_ERROR
+    )
     assert step.message.startswith("SyntaxError: ")
     assert step.message.endswith("(line 2)")
 
@@ -251,28 +263,32 @@ def test_syntax_error(sandbox: Sandbox) -> None:
     ],
 )
 def test_unsupported_syntax(sandbox: Sandbox, code: str, feature: str) -> None:
-    step = failed(sandbox.start(code), FailureReason.UNSUPPORTED)
+    step = failed(sandbox.start(code, principal=P), FailureReason.UNSUPPORTED)
     assert feature in step.message
     assert "not supported in the sandbox" in step.message
 
 
 def test_a_code_raised_not_implemented_error_is_a_runtime_error(sandbox: Sandbox) -> None:
-    step = failed(sandbox.start("raise NotImplementedError('todo')"), FailureReason.RUNTIME_ERROR)
+    step = failed(
+        sandbox.start("raise NotImplementedError('todo')", principal=P), FailureReason.RUNTIME_ERROR
+    )
     assert step.message == "NotImplementedError: todo (line 1)"
 
 
 def test_awaiting_a_tool_stops_before_the_tool_runs(sandbox: Sandbox) -> None:
-    step = failed(sandbox.start("await tools.notes.read()"), FailureReason.UNSUPPORTED)
+    step = failed(sandbox.start("await tools.notes.read()", principal=P), FailureReason.UNSUPPORTED)
     assert "without `await`" in step.message
     # A plain call inside async code is fine.
     code = "async def main():\n    return tools.notes.read()\nawait main()"
-    step2 = suspended(sandbox.start(code))
-    assert sandbox.resume(step2.snapshot, Returned(1)) == Finished(1, "")
+    step2 = suspended(sandbox.start(code, principal=P))
+    assert sandbox.resume(step2.snapshot, Returned(1), principal=P) == Finished(1, "")
 
 
 def test_time_limit(make: Callable[..., Sandbox]) -> None:
     sb = make(max_duration_secs=0.5)
-    step = failed(sb.start('print("spinning")\nwhile True:\n    pass'), FailureReason.TIME_LIMIT)
+    step = failed(
+        sb.start('print("spinning")\nwhile True:\n    pass', principal=P), FailureReason.TIME_LIMIT
+    )
     assert step.message.startswith("the code ran longer than its 0.5 s limit")
     assert step.logs == "spinning\n"
 
@@ -293,13 +309,15 @@ def test_time_limit_counts_the_whole_execution(make: Callable[..., Sandbox]) -> 
 
 def test_recursion_limit(make: Callable[..., Sandbox]) -> None:
     sb = make(max_recursion_depth=50)
-    step = failed(sb.start("def f(n):\n    return f(n + 1)\nf(0)"), FailureReason.RECURSION_LIMIT)
+    step = failed(
+        sb.start("def f(n):\n    return f(n + 1)\nf(0)", principal=P), FailureReason.RECURSION_LIMIT
+    )
     assert "50" in step.message
 
 
 def test_memory_limit(make: Callable[..., Sandbox]) -> None:
     sb = make(max_memory_bytes=10_000_000)
-    step = failed(sb.start("x = [0] * 50_000_000"), FailureReason.MEMORY_LIMIT)
+    step = failed(sb.start("x = [0] * 50_000_000", principal=P), FailureReason.MEMORY_LIMIT)
     assert "memory" in step.message
 
 
@@ -317,21 +335,21 @@ def test_call_limit_across_steps(make: Callable[..., Sandbox]) -> None:
 def test_call_limit_within_a_step(make: Callable[..., Sandbox]) -> None:
     sb = make(max_calls=3)
     code = "for i in range(10):\n    try:\n        nothing()\n    except NameError:\n        pass"
-    failed(sb.start(code), FailureReason.CALL_LIMIT)
+    failed(sb.start(code, principal=P), FailureReason.CALL_LIMIT)
 
 
 def test_crashed_worker_fails_the_step_and_the_sandbox_goes_on(
     make: Callable[..., Sandbox],
 ) -> None:
     sb = make(max_duration_secs=30, worker_timeout_secs=0.5)
-    step = failed(sb.start("while True:\n    pass"), FailureReason.SANDBOX_CRASHED)
+    step = failed(sb.start("while True:\n    pass", principal=P), FailureReason.SANDBOX_CRASHED)
     assert "stopped responding" in step.message
-    assert sb.start("1 + 1") == Finished(2, "")
+    assert sb.start("1 + 1", principal=P) == Finished(2, "")
 
 
 def test_output_and_logs_are_capped(make: Callable[..., Sandbox]) -> None:
     sb = make(max_output_bytes=300, max_log_chars=20)
-    step = sb.start('for i in range(10):\n    print("line", i)\n"x" * 10_000')
+    step = sb.start('for i in range(10):\n    print("line", i)\n"x" * 10_000', principal=P)
     assert isinstance(step, Finished), step
     assert isinstance(step.output, dict)
     assert step.output["truncated"] is True
@@ -354,9 +372,9 @@ def test_resume_in_another_process(tmp_path: Path, sandbox: Sandbox) -> None:
             '{"done": done, "text": secret.upper()}'
         )
         with Sandbox({"notes": ["read", "write"]}) as sb:
-            step = sb.start(code)
+            step = sb.start(code, principal="bob")
             assert isinstance(step, Suspended), step
-            step = sb.resume(step.snapshot, Returned("abc"))
+            step = sb.resume(step.snapshot, Returned("abc"), principal="bob")
             assert isinstance(step, Suspended), step
             assert step.logs == "read abc\\n", step.logs
             open(sys.argv[1], "wb").write(step.snapshot)
@@ -368,24 +386,24 @@ def test_resume_in_another_process(tmp_path: Path, sandbox: Sandbox) -> None:
     )
     sealed = path.read_bytes()
     assert unseal(sealed)[1] == 2  # tool calls so far travel with the snapshot
-    step = sandbox.resume(sealed, Returned(True))
+    step = sandbox.resume(sealed, Returned(True), principal=P)
     assert step == Finished({"done": True, "text": "ABC"}, "")
 
 
 def test_a_snapshot_can_be_resumed_again(sandbox: Sandbox) -> None:
     # The engine, not the sandbox, decides a call is answered once: the bytes replay.
-    step = suspended(sandbox.start("x = tools.notes.read()\nx * 2"))
-    assert sandbox.resume(step.snapshot, Returned(2)) == Finished(4, "")
-    assert sandbox.resume(step.snapshot, Returned(5)) == Finished(10, "")
+    step = suspended(sandbox.start("x = tools.notes.read()\nx * 2", principal=P))
+    assert sandbox.resume(step.snapshot, Returned(2), principal=P) == Finished(4, "")
+    assert sandbox.resume(step.snapshot, Returned(5), principal=P) == Finished(10, "")
 
 
 def test_version_mismatch(sandbox: Sandbox) -> None:
-    step = suspended(sandbox.start("tools.notes.read()"))
+    step = suspended(sandbox.start("tools.notes.read()", principal=P))
     dump, calls = unseal(step.snapshot)
     forged = seal(dump, calls, version="0.9.9")
     assert sealed_version(forged) == "0.9.9"
     with pytest.raises(RuntimeMismatch) as info:
-        sandbox.resume(forged, Returned(None))
+        sandbox.resume(forged, Returned(None), principal=P)
     err = info.value
     assert err.code is ErrorCode.RUNTIME_MISMATCH
     assert "0.9.9" in err.message and MONTY_VERSION in err.message
@@ -394,7 +412,7 @@ def test_version_mismatch(sandbox: Sandbox) -> None:
 
 
 def test_corrupt_snapshots(sandbox: Sandbox) -> None:
-    sealed = suspended(sandbox.start("tools.notes.read()")).snapshot
+    sealed = suspended(sandbox.start("tools.notes.read()", principal=P)).snapshot
     flipped = bytearray(sealed)
     flipped[-10] ^= 0x01
     bad_digest = bytearray(sealed)
@@ -409,21 +427,23 @@ def test_corrupt_snapshots(sandbox: Sandbox) -> None:
     }
     for name, blob in cases.items():
         with pytest.raises(SnapshotCorrupt) as info:
-            sandbox.resume(blob, Returned(None))
+            sandbox.resume(blob, Returned(None), principal=P)
         assert info.value.code is ErrorCode.SNAPSHOT_CORRUPT, name
     with pytest.raises(SnapshotCorrupt):
         sealed_version(b"not a snapshot")
     # A well-sealed dump that Monty refuses is corrupt too, not a crash.
     with pytest.raises(SnapshotCorrupt, match="could not load"):
-        sandbox.resume(seal(b"MONTY\x00garbage", 1), Returned(None))
+        sandbox.resume(seal(b"MONTY\x00garbage", 1), Returned(None), principal=P)
 
 
 def test_a_tool_dropped_from_the_namespace_is_an_attribute_error(
     sandbox: Sandbox, make: Callable[..., Sandbox]
 ) -> None:
-    step = suspended(sandbox.start("tools.notes.read()\ntools.notes.write()"))
+    step = suspended(sandbox.start("tools.notes.read()\ntools.notes.write()", principal=P))
     narrower = make({"notes": ["read"]})
-    done = failed(narrower.resume(step.snapshot, Returned(None)), FailureReason.RUNTIME_ERROR)
+    done = failed(
+        narrower.resume(step.snapshot, Returned(None), principal=P), FailureReason.RUNTIME_ERROR
+    )
     assert done.message == "AttributeError: module 'tools.notes' has no attribute 'write' (line 2)"
 
 
@@ -443,6 +463,22 @@ def test_steps_run_concurrently_from_threads(sandbox: Sandbox) -> None:
     for t in threads:
         t.join()
     assert results == {n: Finished(2 * n, "") for n in range(6)}
+    assert sandbox.slots.held(P) == 0 and sandbox.slots.waiting() == []
+
+
+def test_steps_take_a_fair_slot_for_their_principal() -> None:
+    sb = Sandbox(NAMESPACE, FAST, max_processes=2, max_per_principal=1)
+    try:
+        assert (sb.slots.capacity, sb.slots.per_principal) == (2, 1)
+        # Every kind of step gives its slot back: finished, suspended, failed, refused.
+        step = suspended(sb.start("tools.notes.read()", principal="alice"))
+        assert sb.resume(step.snapshot, Returned(1), principal="alice") == Finished(1, "")
+        failed(sb.start("def f(:", principal="alice"), FailureReason.SYNTAX_ERROR)
+        with pytest.raises(SnapshotCorrupt):
+            sb.resume(b"", Returned(None), principal="alice")
+        assert sb.slots.held("alice") == 0
+    finally:
+        sb.close()
 
 
 def test_namespace_names_are_checked() -> None:
@@ -456,4 +492,5 @@ def test_closed_sandbox_refuses_steps() -> None:
     sb.close()
     sb.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
-        sb.start("1")
+        sb.start("1", principal=P)
+    assert sb.slots.held(P) == 0

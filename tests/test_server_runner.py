@@ -15,7 +15,10 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from machine.execution_errors import ExecutionAlreadySettled
+import pytest
+
+from machine.engine import Action
+from machine.execution_errors import ExecutionAlreadySettled, LimitReached
 from server.runner import ExecutionRunner
 from server.shapes import Running
 
@@ -25,7 +28,10 @@ def refused() -> ExecutionAlreadySettled:
 
 
 def unretrieved_after(budget: float, work: Any, after: Any = None) -> list[str]:
-    runtime = SimpleNamespace(settings=SimpleNamespace(wait_budget_secs=budget), engine=None)
+    runtime = SimpleNamespace(
+        settings=SimpleNamespace(wait_budget_secs=budget, max_running_per_principal=4),
+        engine=None,
+    )
     runner = ExecutionRunner(runtime, workers=1)  # type: ignore[arg-type]
     messages: list[str] = []
 
@@ -71,3 +77,46 @@ def test_a_refusal_after_the_budget_is_retrieved() -> None:
             await asyncio.sleep(0.01)
 
     assert unretrieved_after(0.05, work, after) == []
+
+
+def test_work_past_the_budget_counts_until_it_really_ends() -> None:
+    """The running limit counts work in its worker thread, not the client's wait: an answer
+    of `running` leaves the place taken until the code is done."""
+    release = threading.Event()
+    resumed: list[str] = []
+
+    def resume(execution_id: str, principal: str, *args: Any, **kwargs: Any) -> str:
+        release.wait(30)
+        resumed.append(execution_id)
+        return execution_id
+
+    runtime = SimpleNamespace(
+        settings=SimpleNamespace(wait_budget_secs=0.05, max_running_per_principal=1),
+        engine=SimpleNamespace(resume=resume),
+    )
+    runner = ExecutionRunner(runtime, workers=1)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        first = await runner.resume("alice", "e1", Action.ACCEPT, None)
+        assert first == Running("e1")
+        assert runner.in_flight.count("alice") == 1
+        with pytest.raises(LimitReached) as refused:
+            await runner.resume("alice", "e2", Action.ACCEPT, None)
+        assert refused.value.setting == "LOCKGATE_MAX_RUNNING_PER_PRINCIPAL"
+        assert "1 executions running" in refused.value.message
+        # Alice's limit is hers: bob is admitted (his work queues for the one thread).
+        assert await runner.resume("bob", "e3", Action.ACCEPT, None) == Running("e3")
+        assert runner.in_flight.count("bob") == 1
+        release.set()
+        # One worker thread: this runs once alice's and bob's work has ended.
+        await asyncio.wrap_future(runner.pool.submit(lambda: None))
+        assert runner.in_flight.count("alice") == runner.in_flight.count("bob") == 0
+        # Within the budget again: answered, not `running`.
+        assert not isinstance(await runner.resume("alice", "e4", Action.ACCEPT, None), Running)
+        assert runner.in_flight.count("alice") == 0
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runner.close()
+    assert resumed == ["e1", "e3", "e4"]
