@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from pydantic import JsonValue
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 
 from machine.db.schema import Execution, ToolCall, live_executions
 from machine.db.store import SqlStore
@@ -30,7 +30,6 @@ from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
-    ExecutionForbidden,
     ExecutionInterrupted,
     ExecutionNotFound,
     InvalidExecutionInput,
@@ -87,6 +86,11 @@ def _utcnow() -> datetime:
 def record_of(row: Execution | ToolCall) -> Record:
     machine = "execution" if isinstance(row, Execution) else "tool_call"
     return Record(machine, row.id, row.status, row.version, row.model_dump())
+
+
+def _principal(ex: Record) -> str:
+    """The principal an execution runs for: its sandbox steps are shared out by it."""
+    return str(ex.fields["principal_id"])
 
 
 @dataclass(frozen=True)
@@ -149,10 +153,10 @@ class Engine:
 
     def _owned(self, execution_id: str, principal_id: str) -> Execution:
         row = self._execution(execution_id)
-        if row is None:
+        if row is None or row.principal_id != principal_id:
+            # Another principal's execution is answered exactly like a missing one: the
+            # answer must not tell whether someone else's execution exists.
             raise ExecutionNotFound(execution_id=execution_id)
-        if row.principal_id != principal_id:
-            raise ExecutionForbidden(execution_id=execution_id)
         return row
 
     def get(self, execution_id: str, principal_id: str) -> ExecutionView:
@@ -260,7 +264,7 @@ class Engine:
             if call is None:
                 raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
             return self._advance_call(ex, record_of(call), snapshot), at
-        return self.sandbox.start(str(ex.fields["code"])), 0
+        return self.sandbox.start(str(ex.fields["code"]), principal=_principal(ex)), 0
 
     # -- the drive loop ----------------------------------------------------------------------
 
@@ -327,7 +331,9 @@ class Engine:
             )
         except (UnknownTool, InvalidArguments) as exc:
             # Nothing was requested that could run: the code sees the error, no journal row.
-            return self.sandbox.resume(suspended.snapshot, Raised("TypeError", exc.message))
+            return self.sandbox.resume(
+                suspended.snapshot, Raised("TypeError", exc.message), principal=_principal(ex)
+            )
         existing = self._call_row(call_id)
         if existing is not None:
             if existing.tool != tool.spec.full_name:
@@ -339,6 +345,7 @@ class Engine:
                         f"{tool.spec.call_name} but the journal recorded "
                         f"tools.{existing.tool}: the code is not deterministic",
                     ),
+                    principal=_principal(ex),
                 )
             return self._advance_call(ex, record_of(existing), suspended.snapshot)
         now = self.clock()
@@ -392,9 +399,11 @@ class Engine:
                     return None
             elif status in (C.APPROVED, C.DISPATCHED):
                 outcome = self._dispatch(ex, call)
-                return self.sandbox.resume(snapshot, outcome)
+                return self.sandbox.resume(snapshot, outcome, principal=_principal(ex))
             else:
-                return self.sandbox.resume(snapshot, self._settled_outcome(call))
+                return self.sandbox.resume(
+                    snapshot, self._settled_outcome(call), principal=_principal(ex)
+                )
 
     def _settled_outcome(self, call: Record) -> ToolOutcome:
         tool = f"tools.{call.fields['tool']}"
@@ -637,6 +646,20 @@ class Engine:
             statuses = list(s.exec(query))
         paused = sum(1 for st in statuses if st == E.WAITING_FOR_INTERACTION)
         return {"running": len(statuses) - paused, "paused": paused}
+
+    def paused_count(self, principal_id: str) -> int:
+        """The principal's executions waiting for a decision, on every instance (for the
+        `max_paused_per_principal` admission limit)."""
+        with self.store.session() as s:
+            return s.exec(
+                select(func.count())
+                .select_from(Execution)
+                .where(
+                    live_executions(),
+                    Execution.status == E.WAITING_FOR_INTERACTION,
+                    Execution.principal_id == principal_id,
+                )
+            ).one()
 
 
 __all__ = ["Action", "Engine", "ExecutionView", "ToolRequest"]

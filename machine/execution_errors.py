@@ -15,19 +15,9 @@ class ExecutionNotFound(LockgateError):
     def __init__(self, *, execution_id: str) -> None:
         self.execution_id = execution_id
         super().__init__(
-            f"No execution {execution_id!r} exists.",
-            hint=f"Check the executionId. {REEXECUTE}",
-        )
-
-
-class ExecutionForbidden(LockgateError):
-    code = ErrorCode.FORBIDDEN
-
-    def __init__(self, *, execution_id: str) -> None:
-        self.execution_id = execution_id
-        super().__init__(
-            f"Execution {execution_id!r} belongs to another principal; it can only be resumed "
-            "with that principal's API key."
+            f"No execution {execution_id!r} exists for this API key.",
+            hint="Check the executionId (an execution is seen only by the principal whose key "
+            f"started it). {REEXECUTE}",
         )
 
 
@@ -75,3 +65,43 @@ class ExecutionInterrupted(LockgateError):
 
 class InvalidExecutionInput(LockgateError):
     code = ErrorCode.INVALID_INPUT
+
+
+class LimitReached(LockgateError):
+    """The principal is at one of its admission limits; nothing was started or decided.
+
+    `setting` names the environment variable an operator raises to allow more, `limit` its
+    value. Build it with `running` or `paused`."""
+
+    code = ErrorCode.LIMIT_REACHED
+
+    def __init__(self, message: str, *, hint: str, setting: str, limit: int) -> None:
+        self.setting, self.limit = setting, limit
+        super().__init__(message, hint=hint)
+
+    @classmethod
+    def running(cls, limit: int) -> LimitReached:
+        setting = "LOCKGATE_MAX_RUNNING_PER_PRINCIPAL"
+        return cls(
+            f"You already have {limit} executions running on this server (the limit, "
+            f"{setting}). Nothing was started or decided.",
+            hint="Wait for one to finish (call resume with its executionId and no action) "
+            "and retry.",
+            setting=setting,
+            limit=limit,
+        )
+
+    @classmethod
+    def paused(cls, limit: int) -> LimitReached:
+        setting = "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL"
+        return cls(
+            f"You already have {limit} executions waiting for approval (the limit, "
+            f"{setting}). The code was not started.",
+            hint="Settle some of them first (call resume with their executionId and action "
+            "accept, decline or cancel, or let them expire) and retry.",
+            setting=setting,
+            limit=limit,
+        )
+
+    def as_dict(self) -> dict[str, JsonValue]:
+        return {**super().as_dict(), "setting": self.setting, "limit": self.limit}

@@ -140,6 +140,17 @@ class Sessions:
         row = self.get(session_id)
         return row if row is not None and row.status in _LIVE_SESSION else None
 
+    def live_count(self, principal_id: str) -> int:
+        """The principal's live sessions, across instances (for its session limit)."""
+        with self.store.session() as s:
+            count = s.exec(
+                select(func.count()).where(
+                    Session.principal_id == principal_id,
+                    col(Session.status).in_(_LIVE_SESSION),
+                )
+            ).one()
+        return int(count)
+
     # -- the lease -----------------------------------------------------------------------------
 
     def _owed_here(self, session_id: str) -> int:

@@ -140,6 +140,70 @@ class Settings(BaseSettings):
         "notes and its effect log.",
     )
 
+    # -- per-principal bounds (sandbox) --
+    sandbox_workers: int = Field(
+        default=4,
+        ge=1,
+        description="Sandbox worker processes of this instance: at most this many "
+        "executions' code runs at once (the others wait for a worker).",
+    )
+    max_workers_per_principal: int = Field(
+        default=2,
+        ge=1,
+        description="Sandbox workers one principal's code may occupy at once; a freed "
+        "worker goes to the waiting principal that holds the fewest, so no principal can "
+        "starve another.",
+    )
+    max_running_per_principal: int = Field(
+        default=4,
+        ge=1,
+        description="Executions of one principal in flight at once on this instance "
+        "(execute and resume work); beyond it execute and resume are refused with "
+        "`limit_reached`.",
+    )
+    max_paused_per_principal: int = Field(
+        default=100,
+        ge=1,
+        description="Executions of one principal waiting for approval, across all instances; "
+        "beyond it execute is refused with `limit_reached`.",
+    )
+    # -- per-principal bounds (HTTP) --
+    max_sessions_per_principal: int = Field(
+        default=100,
+        ge=1,
+        description="Live MCP sessions one principal may hold (across instances); a new "
+        "session beyond it is refused with HTTP 429.",
+    )
+    max_requests_per_minute: int = Field(
+        default=1200,
+        ge=1,
+        description="Requests one principal may send to /mcp and the approval API per minute, "
+        "on each instance (HTTP 429 with Retry-After beyond).",
+    )
+    sse_replay_bytes_per_session: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Bytes of SSE events kept per session so a client whose stream broke can "
+        "resume it (oldest dropped first).",
+    )
+    sse_replay_bytes_total: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of SSE events kept for resumption across all sessions of this "
+        "process (oldest dropped first).",
+    )
+    key_recheck_secs: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often an open request or stream re-checks its API key; a revoked "
+        "key's streams are closed within this.",
+    )
+    metrics_require_key: bool = Field(
+        default=False,
+        description="Require an API key (Authorization: Bearer) on /metrics. The metrics "
+        "carry no principal, execution or session ids either way.",
+    )
+
     @field_validator(
         "approval_ttl",
         "lease_ttl",

@@ -16,15 +16,15 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from mcp.server.transport_security import TransportSecuritySettings
 
 from machine.runtime import Runtime
 from machine.settings import Settings
 from server.approval_page import ApprovalSurface
 from server.approval_tokens import ApprovalTokens
-from server.auth import ASGIApp, BearerAuth, Receive, Scope, Send, json_rpc_error
+from server.auth import ASGIApp, BearerAuth, Receive, RequestRate, Scope, Send, json_rpc_error
 from server.durable_sessions import DurableSessionManager
-from server.event_store import MemoryEventStore
+from server.event_store import ReplayLogs
+from server.http_guards import BodyLimit, HostAllowlist, transport_security
 from server.keys import ApiKeys
 from server.mcp_server import LockgateMCP
 from server.operations import Metrics, log_transitions, operations_router, timed
@@ -32,8 +32,6 @@ from server.runner import ExecutionRunner
 from server.session_gate import DrainSignal, SessionGate
 
 log = logging.getLogger("lockgate.server")
-
-LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"]
 
 
 class WhenReady:
@@ -60,24 +58,20 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     runtime = runtime or Runtime.create(settings)
     keys = ApiKeys(runtime.engine.store)
     runner = ExecutionRunner(runtime)
-    approvals = ApprovalSurface(runtime, runner, keys, ApprovalTokens(runtime.engine.store))
+    rate = RequestRate(settings.max_requests_per_minute)
+    approvals = ApprovalSurface(
+        runtime, runner, keys, ApprovalTokens(runtime.engine.store, keys), rate=rate
+    )
     mcp = LockgateMCP(runner, runtime.registry, approvals.approval_url, settings.max_code_chars)
-    extra_hosts = [h.strip() for h in settings.allowed_hosts.split(",") if h.strip()]
-    events = MemoryEventStore()
+    security = transport_security(settings)
     session_manager = DurableSessionManager(
         mcp.server,
         runtime.sessions,
-        event_store=events,
-        security_settings=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[*LOOPBACK_HOSTS, *extra_hosts],
-            allowed_origins=[
-                "http://127.0.0.1:*",
-                "http://localhost:*",
-                *(f"https://{h}" for h in extra_hosts),
-                *(f"http://{h}" for h in extra_hosts),
-            ],
+        ReplayLogs(
+            per_session_bytes=settings.sse_replay_bytes_per_session,
+            total_bytes=settings.sse_replay_bytes_total,
         ),
+        security_settings=security,
         retry_interval=settings.sse_retry_ms,
         # The row is the session; this only bounds how long an idle one stays in memory.
         session_idle_timeout=settings.session_cap.total_seconds(),
@@ -116,7 +110,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     async def measure(request: Request, call_next: Any) -> Any:
         return await timed(request, call_next, metrics)
 
-    app.include_router(operations_router(runtime, metrics, ready))
+    app.include_router(
+        operations_router(runtime, metrics, ready, keys if settings.metrics_require_key else None)
+    )
     app.include_router(approvals.router())
     gate = SessionGate(
         StreamableHTTPASGIApp(session_manager),
@@ -124,8 +120,16 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         deadline=settings.response_deadline_secs,
         drain=drain,
         held=lambda session_id: session_id in session_manager._server_instances,
-        replayable=events.knows,
+        replayable=session_manager.replayable,
+        max_sessions_per_principal=settings.max_sessions_per_principal,
     )
-    mcp_endpoint = WhenReady(BearerAuth(gate, keys), ready)
+    mcp_endpoint = WhenReady(
+        BearerAuth(gate, keys, rate=rate, recheck_secs=settings.key_recheck_secs), ready
+    )
     app.add_route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]
+    # Outermost: no route reads more than the body limit, and the approval page and API
+    # answer only to this server's own names (/mcp is checked by the SDK itself).
+    # (Starlette runs the middleware added last first.)
+    app.add_middleware(HostAllowlist, security=security, prefixes=("/approve", "/api/"))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     return app

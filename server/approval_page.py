@@ -32,7 +32,7 @@ from machine.errors import ErrorCode, LockgateError
 from machine.runtime import Runtime
 from machine.views import ExecutionView
 from server.approval_tokens import ApprovalTokens, TokenRefused
-from server.auth import bearer_token
+from server.auth import RequestRate, bearer_token, current_key_id
 from server.keys import ApiKeys
 from server.runner import ExecutionRunner
 from server.shapes import Running
@@ -52,10 +52,11 @@ STATUS_OF: dict[ErrorCode, int] = {
     ErrorCode.INTERRUPTED: 409,
     ErrorCode.RUNTIME_MISMATCH: 409,
     ErrorCode.INVALID_INPUT: 400,
+    ErrorCode.LIMIT_REACHED: 429,
 }
 #: A refused token: used or expired links are gone for good; an unknown (or foreign) one
 #: is simply not a credential for this execution.
-TOKEN_STATUS: dict[str, int] = {"used": 410, "expired": 410, "unknown": 403}
+TOKEN_STATUS: dict[str, int] = {"used": 410, "expired": 410, "unknown": 403, "revoked": 403}
 
 #: Sent with every answer: nothing here may be cached, framed (clickjacking an Approve
 #: button) or leak the token-bearing URL through a Referer.
@@ -148,16 +149,28 @@ def _origin_of(url: str) -> str:
 
 class ApprovalSurface:
     def __init__(
-        self, runtime: Runtime, runner: ExecutionRunner, keys: ApiKeys, tokens: ApprovalTokens
+        self,
+        runtime: Runtime,
+        runner: ExecutionRunner,
+        keys: ApiKeys,
+        tokens: ApprovalTokens,
+        *,
+        rate: RequestRate | None = None,
     ) -> None:
         self.runtime, self.runner, self.keys, self.tokens = runtime, runner, keys, tokens
+        #: The same per-principal request budget as /mcp.
+        self.rate = rate
 
     def approval_url(self, view: ExecutionView) -> str | None:
         """Mint a fresh single-use link for the call a paused execution waits on."""
         if view.pending is None or view.pending.deadline is None:
             return None
         token = self.tokens.mint(
-            view.id, view.pending.seq, view.principal_id, view.pending.deadline
+            view.id,
+            view.pending.seq,
+            view.principal_id,
+            view.pending.deadline,
+            key_id=current_key_id.get(),
         )
         return f"{self.runtime.settings.base_url}/approve/{token}"
 
@@ -189,6 +202,7 @@ class ApprovalSurface:
                     exc.message,
                     _TOKEN_HINT,
                 ) from None
+            self._admit(row.principal_id)
             return row.principal_id, row
         key = bearer_token(request.scope)
         principal = await to_thread.run_sync(self.keys.authenticate, key) if key else None
@@ -205,7 +219,20 @@ class ApprovalSurface:
                     + (', error="invalid_token"' if key else "")
                 },
             )
+        self._admit(principal)
         return principal, None
+
+    def _admit(self, principal: str) -> None:
+        wait = self.rate.admit(principal) if self.rate is not None else None
+        if wait is not None:
+            raise Refusal(
+                429,
+                "limit_reached",
+                "Too many requests for this principal in the last minute (the limit, "
+                "LOCKGATE_MAX_REQUESTS_PER_MINUTE).",
+                f"Retry in {wait:.0f} s.",
+                headers={"Retry-After": str(round(wait))},
+            )
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.runtime.settings.max_request_bytes
@@ -241,7 +268,11 @@ class ApprovalSurface:
         )
 
     async def _get(self, execution_id: str, request: Request) -> Response:
-        principal, _ = await self._authorize(request, execution_id)
+        principal, token_row = await self._authorize(request, execution_id)
+        if token_row is not None:
+            # A link reads the execution only while its call waits for a decision; after
+            # that, what the code did is for the principal's key to see, not the link's.
+            await to_thread.run_sync(self._still_pending, token_row)
         view = await to_thread.run_sync(self.runtime.engine.get, execution_id, principal)
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(view, code), headers=NO_STORE)
@@ -385,6 +416,12 @@ _TOKEN_NOTICES: dict[str, tuple[int, str, str, str]] = {
         "This approval link has expired",
         "No decision can be sent with it any more.",
         "Ask the agent's client for a new link if the request is still waiting.",
+    ),
+    "revoked": (
+        403,
+        "This approval link no longer works",
+        "The API key it was issued under has been revoked.",
+        "Ask the agent's client, with a valid key, for a new link.",
     ),
 }
 

@@ -12,10 +12,11 @@ from sqlmodel import col
 from machine.db.schema import ApprovalToken
 from machine.db.store import SqlStore
 from machine.errors import ErrorCode, LockgateError
+from server.keys import ApiKeys
 
 
 class TokenRefused(LockgateError):
-    """An approval token that cannot be used: `reason` is unknown, used or expired."""
+    """An approval token that cannot be used: `reason` is unknown, used, expired or revoked."""
 
     code = ErrorCode.FORBIDDEN
 
@@ -35,12 +36,17 @@ PURGE_EVERY = timedelta(hours=1)
 
 
 class ApprovalTokens:
-    def __init__(self, store: SqlStore) -> None:
-        self.store = store
+    def __init__(self, store: SqlStore, keys: ApiKeys) -> None:
+        self.store, self.keys = store, keys
         self._last_purge = datetime.min.replace(tzinfo=UTC)
 
     def mint(
-        self, execution_id: str, call_seq: int, principal_id: str, expires_at: datetime
+        self,
+        execution_id: str,
+        call_seq: int,
+        principal_id: str,
+        expires_at: datetime,
+        key_id: str | None = None,
     ) -> str:
         token = secrets.token_urlsafe(32)
         now = datetime.now(UTC)
@@ -54,6 +60,7 @@ class ApprovalTokens:
                     execution_id=execution_id,
                     call_seq=call_seq,
                     principal_id=principal_id,
+                    key_id=key_id,
                     created_at=datetime.now(UTC),
                     expires_at=expires_at,
                 )
@@ -74,7 +81,19 @@ class ApprovalTokens:
             raise TokenRefused("used", "This approval link was already used.")
         if datetime.now(UTC) >= row.expires_at:
             raise TokenRefused("expired", "This approval link has expired.")
+        if not self._key_alive(row):
+            raise TokenRefused(
+                "revoked",
+                "This approval link no longer works: the API key it was issued under has "
+                "been revoked.",
+            )
         return row
+
+    def _key_alive(self, row: ApprovalToken) -> bool:
+        """A link is worth no more than the key it was issued under."""
+        if row.key_id is not None:
+            return self.keys.is_active(row.key_id)
+        return self.keys.has_active_key(row.principal_id)
 
     def release(self, token: str) -> None:
         """Give a used token back: the decision it carried was not taken (the execution

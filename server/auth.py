@@ -8,13 +8,21 @@ as such. The principal is handed to the tool handlers through `current_principal
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
+import anyio
+import limits
+import limits.storage
+import limits.strategies
 from anyio import to_thread
 
 from server.keys import ApiKeys
+
+log = logging.getLogger("lockgate.auth")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,9 +32,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: JSON-RPC codes of the HTTP-level refusals (implementation-defined range).
 UNAUTHORIZED = -32004
-FORBIDDEN_SESSION = -32003
+#: A per-principal bound was reached (request rate, sessions): retry later or use less.
+OVER_LIMIT = -32005
 
 current_principal: ContextVar[str] = ContextVar("lockgate_principal")
+#: The API key the request came with (approval links minted in it die with that key).
+current_key_id: ContextVar[str | None] = ContextVar("lockgate_key_id", default=None)
 
 
 async def json_rpc_error(
@@ -62,17 +73,48 @@ def header(scope: Scope, wanted: bytes) -> str | None:
     return None
 
 
+class RequestRate:
+    """Requests per minute each principal may send to this instance (a sliding window)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.item = limits.RateLimitItemPerMinute(per_minute)
+        self._limiter = limits.strategies.SlidingWindowCounterRateLimiter(
+            limits.storage.MemoryStorage()
+        )
+
+    def admit(self, principal: str) -> float | None:
+        """None if the request may go on, else the seconds to wait before retrying."""
+        if self._limiter.hit(self.item, principal):
+            return None
+        reset = self._limiter.get_window_stats(self.item, principal).reset_time
+        return max(1.0, reset - time.time())
+
+
 class BearerAuth:
-    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
-        self.app, self.keys = app, keys
+    """Who is calling, how often, and for how long.
+
+    A stream (SSE, long-lived) outlives the check made when it opened: the key is checked
+    again every `recheck_secs` while the request runs, and a revoked key's request is cut
+    off there and then; nothing more reaches the client on it.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: ApiKeys,
+        *,
+        rate: RequestRate | None = None,
+        recheck_secs: float = 5.0,
+    ) -> None:
+        self.app, self.keys, self.rate, self.recheck_secs = app, keys, rate, recheck_secs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)
-        principal = await to_thread.run_sync(self.keys.authenticate, token) if token else None
-        if principal is None:
+        identity = await to_thread.run_sync(self.keys.identify, token) if token else None
+        if token is None or identity is None:
             reason = "invalid_token" if token else "invalid_request"
             await json_rpc_error(
                 send,
@@ -85,10 +127,63 @@ class BearerAuth:
                 ((b"www-authenticate", f'Bearer realm="lockgate", error="{reason}"'.encode()),),
             )
             return
+        principal = identity.principal_id
+        wait = self.rate.admit(principal) if self.rate is not None else None
+        if wait is not None:
+            await json_rpc_error(
+                send,
+                429,
+                OVER_LIMIT,
+                f"Too many requests: this API key's principal sent more than "
+                f"{self.rate.item.amount if self.rate else 0} requests in a minute, the limit "
+                f"(LOCKGATE_MAX_REQUESTS_PER_MINUTE). Retry in {wait:.0f} s.",
+                ((b"retry-after", str(round(wait)).encode()),),
+            )
+            return
         scope.setdefault("state", {})["principal"] = principal
-        token_var = current_principal.set(principal)
-
+        principal_var = current_principal.set(principal)
+        key_var = current_key_id.set(identity.key_id)
         try:
-            await self.app(scope, receive, send)
+            await self._while_key_valid(scope, receive, send, token)
         finally:
-            current_principal.reset(token_var)
+            current_key_id.reset(key_var)
+            current_principal.reset(principal_var)
+
+    async def _while_key_valid(
+        self, scope: Scope, receive: Receive, send: Send, token: str
+    ) -> None:
+        revoked = False
+        started = finished = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started, finished
+            if revoked:
+                return  # the key was revoked: not one more byte for this request
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
+            await send(message)
+
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                nonlocal revoked
+                while True:
+                    await anyio.sleep(self.recheck_secs)
+                    if await to_thread.run_sync(self.keys.identify, token) is None:
+                        revoked = True
+                        log.info("API key revoked: ending its open request")
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(watch)
+            await self.app(scope, receive, guarded_send)
+            group.cancel_scope.cancel()
+        if revoked and not finished:
+            if started:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await json_rpc_error(
+                    send, 401, UNAUTHORIZED, "The API key was revoked while this request ran."
+                )

@@ -6,16 +6,22 @@ everything protocol and replaces only that lookup: an id the process does not ho
 row is live, is revived — a new transport under the same id, driven by the SDK's own loop on
 a connection whose initialize state is restored from the row, so the client needs no new
 `initialize`. Unknown, expired or closed ids still get the SDK's 404.
+
+Every session's transport gets its own replay log (`server/event_store.py`), never one
+shared by all sessions: a Last-Event-ID can only ever replay the events of the session it
+is sent on.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+from uuid import uuid4
 
 import anyio
 from anyio import to_thread
 from anyio.abc import TaskStatus
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
@@ -29,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from machine.db.schema import Session
 from machine.sessions import Sessions
+from server.event_store import ReplayLogs
 
 log = logging.getLogger("lockgate.sessions")
 
@@ -49,9 +56,48 @@ def restored_params(row: Session) -> InitializeRequestParams:
 
 
 class DurableSessionManager(StreamableHTTPSessionManager):
-    def __init__(self, app: Any, sessions: Sessions, **kwargs: Any) -> None:
+    def __init__(self, app: Any, sessions: Sessions, replay: ReplayLogs, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.sessions = sessions
+        self.replay = replay
+
+    def _transport(self, session_id: str) -> StreamableHTTPServerTransport:
+        return StreamableHTTPServerTransport(
+            mcp_session_id=session_id,
+            is_json_response_enabled=self.json_response,
+            event_store=self.replay.for_session(session_id),
+            security_settings=self.security_settings,
+            retry_interval=self.retry_interval,
+            idle_timeout=self.session_idle_timeout,
+        )
+
+    def _admit_session(
+        self, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport | None:
+        """The SDK's admission, with the new session's own replay log (not a shared one)."""
+        if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            return None
+        transport = self._transport(uuid4().hex)
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        if requestor is not None:
+            self._session_owners[session_id] = requestor
+        self._server_instances[session_id] = transport
+        log.info("opened session %s", session_id)
+        return transport
+
+    async def _discard_session(
+        self, session_id: str, transport: StreamableHTTPServerTransport
+    ) -> None:
+        await super()._discard_session(session_id, transport)
+        if session_id not in self._server_instances:
+            self.replay.discard(session_id)
+
+    def replayable(self, session_id: str, event_id: str) -> bool:
+        """Whether this process can replay the events after `event_id` on that session."""
+        if session_id not in self._server_instances:
+            return False
+        return self.replay.for_session(session_id).knows(event_id)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         session_id = Request(scope, receive).headers.get(MCP_SESSION_ID_HEADER)
@@ -65,14 +111,7 @@ class DurableSessionManager(StreamableHTTPSessionManager):
         async with self._session_creation_lock:
             if row.id in self._server_instances:
                 return  # revived by a concurrent request
-            transport = StreamableHTTPServerTransport(
-                mcp_session_id=row.id,
-                is_json_response_enabled=self.json_response,
-                event_store=self.event_store,
-                security_settings=self.security_settings,
-                retry_interval=self.retry_interval,
-                idle_timeout=self.session_idle_timeout,
-            )
+            transport = self._transport(row.id)
             self._server_instances[row.id] = transport
             params = restored_params(row)
 

@@ -40,6 +40,12 @@ class IssuedKey:
 
 
 @dataclass(frozen=True)
+class KeyIdentity:
+    key_id: str
+    principal_id: str
+
+
+@dataclass(frozen=True)
 class KeyInfo:
     id: str
     principal_id: str
@@ -102,12 +108,32 @@ class ApiKeys:
                 is not None
             )
 
-    def authenticate(self, presented: str) -> str | None:
-        """The principal a key belongs to, or None (unknown or revoked)."""
+    def identify(self, presented: str) -> KeyIdentity | None:
+        """The key and principal a presented key is, or None (unknown or revoked)."""
         if not presented.startswith(KEY_PREFIX):
             return None
         with self.store.session() as s:
             row = s.exec(select(ApiKey).where(ApiKey.key_hash == hash_key(presented))).first()
         if row is None or row.revoked_at is not None:
             return None
-        return row.principal_id
+        return KeyIdentity(row.id, row.principal_id)
+
+    def authenticate(self, presented: str) -> str | None:
+        """The principal a key belongs to, or None (unknown or revoked)."""
+        identity = self.identify(presented)
+        return identity.principal_id if identity is not None else None
+
+    def has_active_key(self, principal_id: str) -> bool:
+        with self.store.session() as s:
+            found = s.exec(
+                select(ApiKey.id)
+                .where(ApiKey.principal_id == principal_id, col(ApiKey.revoked_at).is_(None))
+                .limit(1)
+            ).first()
+        return found is not None
+
+    def is_active(self, key_id: str) -> bool:
+        """Whether the key exists and is not revoked (approval links die with their key)."""
+        with self.store.session() as s:
+            row = s.get(ApiKey, key_id)
+        return row is not None and row.revoked_at is None

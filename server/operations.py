@@ -21,6 +21,8 @@ from sqlmodel import select
 from machine.db.schema import Execution, live_executions
 from machine.records import Change
 from machine.runtime import Runtime
+from server.auth import bearer_token
+from server.keys import ApiKeys
 
 APPROVAL_PATH = re.compile(r"/approve/[^/?\s\"']+")
 
@@ -125,7 +127,10 @@ def log_transitions(changes: tuple[Change, ...]) -> None:
         )
 
 
-def operations_router(runtime: Runtime, metrics: Metrics, ready: Any) -> APIRouter:
+def operations_router(
+    runtime: Runtime, metrics: Metrics, ready: Any, keys: ApiKeys | None = None
+) -> APIRouter:
+    """Health, readiness and metrics; `keys` given, /metrics wants a valid API key."""
     router = APIRouter()
 
     @router.get("/healthz", include_in_schema=False)
@@ -141,7 +146,21 @@ def operations_router(runtime: Runtime, metrics: Metrics, ready: Any) -> APIRout
         return JSONResponse({"status": "ready", "instance": runtime.lease.id})
 
     @router.get("/metrics", include_in_schema=False)
-    def prometheus() -> Response:
+    def prometheus(request: Request) -> Response:
+        if keys is not None:
+            token = bearer_token(request.scope)
+            if token is None or keys.authenticate(token) is None:
+                return JSONResponse(
+                    {
+                        "error": {
+                            "code": "unauthorized",
+                            "message": "/metrics needs an API key here "
+                            "(LOCKGATE_METRICS_REQUIRE_KEY): send Authorization: Bearer <key>.",
+                        }
+                    },
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="lockgate"'},
+                )
         return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
 
     return router

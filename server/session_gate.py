@@ -28,11 +28,19 @@ from pydantic import JsonValue
 
 from machine.records import Record
 from machine.sessions import Sessions
-from server.auth import FORBIDDEN_SESSION, Message, Receive, Scope, Send, header, json_rpc_error
+from server.auth import OVER_LIMIT, Message, Receive, Scope, Send, header, json_rpc_error
 
 log = logging.getLogger("lockgate.ledger")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LIVE = ("active", "idle")
+SESSION_NOT_FOUND = (
+    "Session not found: it expired, was closed, or never existed for this API key. "
+    "Start a new session (send initialize without Mcp-Session-Id)."
+)
+#: JSON-RPC parse error (the body is not JSON we can read).
+PARSE_ERROR = -32700
 
 
 def sse_event(message: dict[str, JsonValue]) -> bytes:
@@ -210,14 +218,17 @@ class SessionGate:
         deadline: float,
         drain: DrainSignal,
         held: Callable[[str], bool],
-        replayable: Callable[[str], bool] = lambda event_id: False,
+        replayable: Callable[[str, str], bool] = lambda session_id, event_id: False,
+        max_sessions_per_principal: int | None = None,
     ) -> None:
         self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
         self._report_locks: dict[str, anyio.Lock] = {}
         #: Whether the transport holds a session in memory (else a DELETE is ours to answer).
         self.held = held
-        #: Whether this process can replay the events after an event id (its own streams).
+        #: Whether this process can replay the events after an event id on a session (its
+        #: own streams of that session: every session has its own replay log).
         self.replayable = replayable
+        self.max_sessions_per_principal = max_sessions_per_principal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = header(scope, b"mcp-protocol-version")
@@ -230,19 +241,13 @@ class SessionGate:
         row = None
         if session_id is not None:
             row = await to_thread.run_sync(self.sessions.get, session_id)
-            if row is not None and row.principal_id != principal:
-                await json_rpc_error(
-                    send,
-                    403,
-                    FORBIDDEN_SESSION,
-                    "This session belongs to another principal; open your own session.",
-                )
+            if row is None or row.principal_id != principal or row.status not in LIVE:
+                # Unknown, another principal's, expired or closed: the same answer for all,
+                # so the answer never tells whether someone else's session exists. (Gone
+                # even if this process still holds its transport.)
+                await json_rpc_error(send, 404, -32600, SESSION_NOT_FOUND)
                 return
-        live = row is not None and row.status in ("active", "idle")
-        if row is not None and not live:
-            # Expired or closed: gone, even if this process still holds its transport.
-            await json_rpc_error(send, 404, -32600, "Session not found")
-            return
+        live = row is not None
         method = scope["method"]
         if method == "GET" and session_id is not None and live:
             # A GET resuming one POST's stream (Last-Event-ID "<stream>:<n>"; a POST's stream
@@ -255,7 +260,7 @@ class SessionGate:
             if (
                 resumed is not None
                 and stream is not None
-                and not self.replayable(resumed)
+                and not self.replayable(session_id, resumed)
                 and not await to_thread.run_sync(self.sessions.still_owed, session_id, stream)
             ):
                 # An earlier incarnation's stream with nothing left to say: an empty stream
@@ -341,6 +346,19 @@ class SessionGate:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        try:
+            parsed = json.loads(body) if body else None
+        except (ValueError, RecursionError):
+            # Not JSON, not UTF-8, an integer too long to convert, nesting too deep: the
+            # client's mistake, answered as one (never a server error).
+            await json_rpc_error(
+                send,
+                400,
+                PARSE_ERROR,
+                "Parse error: the request body is not valid JSON (or nests deeper, or holds "
+                "a longer number, than this server reads). Send one JSON-RPC message.",
+            )
+            return
         replayed = False
         gone = anyio.Event()
 
@@ -356,15 +374,13 @@ class SessionGate:
                 gone.set()
             return message
 
-        try:
-            parsed = json.loads(body) if body else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            parsed = None
         is_request = (
             isinstance(parsed, dict) and "method" in parsed and parsed.get("id") is not None
         )
         if session_id is None:
             if is_request and isinstance(parsed, dict) and parsed.get("method") == "initialize":
+                if await self._at_session_limit(principal, send):
+                    return
                 await self._initialize(scope, replay, send, parsed, principal)
             else:
                 await self.app(scope, replay, send)
@@ -407,6 +423,25 @@ class SessionGate:
         finally:
             with anyio.CancelScope(shield=True):
                 await to_thread.run_sync(self.sessions.end_request, session_id)
+
+    async def _at_session_limit(self, principal: Any, send: Send) -> bool:
+        """Refuse a new session when the principal already has its limit of live ones."""
+        limit = self.max_sessions_per_principal
+        if limit is None:
+            return False
+        count = await to_thread.run_sync(self.sessions.live_count, str(principal))
+        if count < limit:
+            return False
+        await json_rpc_error(
+            send,
+            429,
+            OVER_LIMIT,
+            f"Too many open sessions: this API key's principal has {count} live sessions, "
+            f"the limit (LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL={limit}). Reuse an open session, "
+            "or close unused ones (HTTP DELETE with their Mcp-Session-Id) and retry.",
+            ((b"retry-after", b"5"),),
+        )
+        return True
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, request: dict[str, Any], principal: Any

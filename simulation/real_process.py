@@ -34,7 +34,6 @@ from machine.errors import LockgateError
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
-    ExecutionForbidden,
     ExecutionInterrupted,
     ExecutionNotFound,
 )
@@ -104,7 +103,6 @@ class ServerProcess:
 
 _ERRORS: dict[str, Callable[[str, dict[str, Any]], LockgateError]] = {
     "execution_not_found": lambda eid, e: ExecutionNotFound(execution_id=eid),
-    "execution_forbidden": lambda eid, e: ExecutionForbidden(execution_id=eid),
     "execution_expired": lambda eid, e: ExecutionExpired(execution_id=eid, deadline=None),
     "execution_already_settled": lambda eid, e: ExecutionAlreadySettled(
         execution_id=eid, status="?", detail="answered remotely"
@@ -245,6 +243,7 @@ def run_in_process(
             trace.append(f"server process {server.proc.pid} up on port {server.port}")
             return server
         raise RuntimeError("the server could not be started")
+
     try:
         client = McpClient(start, key)
         for _ in range(MAX_RESTARTS + 1):

@@ -76,7 +76,8 @@ class Served:
     def mint(self, view: ExecutionView, expires_at: datetime | None = None) -> str:
         """A token for the call `view` waits on, as `ApprovalSurface.approval_url` mints it."""
         assert view.pending is not None and view.pending.deadline is not None
-        return ApprovalTokens(self.runtime.engine.store).mint(
+        store = self.runtime.engine.store
+        return ApprovalTokens(store, ApiKeys(store)).mint(
             view.id, view.pending.seq, view.principal_id, expires_at or view.pending.deadline
         )
 
@@ -314,9 +315,11 @@ def test_get_execution_with_the_token_or_a_bearer_key(served: Served) -> None:
         served.get(f"/api/executions/{view.id}", headers=served.bearer("lg_not-a-key")), 401
     )
     bob = ApiKeys(served.runtime.engine.store).create("bob").secret
-    assert_problem(
-        served.get(f"/api/executions/{view.id}", headers=served.bearer(bob)), 403, "forbidden"
-    )
+    # Another principal's execution is answered like a missing one (no existence oracle).
+    foreign = served.get(f"/api/executions/{view.id}", headers=served.bearer(bob))
+    assert_problem(foreign, 404, "not_found")
+    unknown = served.get("/api/executions/" + "0" * 32, headers=served.bearer(bob))
+    assert foreign.json()["error"]["hint"] == unknown.json()["error"]["hint"]
     assert_problem(served.get("/api/executions/nope", headers=served.bearer()), 404, "not_found")
     assert_problem(
         served.get("/api/executions/nope", headers={"X-Approval-Token": token}),

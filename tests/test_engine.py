@@ -17,7 +17,6 @@ from machine.errors import Conflict
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
-    ExecutionForbidden,
     ExecutionInterrupted,
     ExecutionNotFound,
     InvalidExecutionInput,
@@ -336,10 +335,12 @@ def test_resume_errors_name_the_case(make_runtime: MakeRuntime) -> None:
         rt.engine.resume("nope", "alice", Action.ACCEPT)
     assert missing.value.code == "not_found" and missing.value.hint
     paused = rt.engine.execute("alice", WRITE_THEN_READ)
-    with pytest.raises(ExecutionForbidden) as forbidden:
+    # Another principal's execution is answered exactly like a missing one.
+    with pytest.raises(ExecutionNotFound) as foreign:
         rt.engine.resume(paused.id, "mallory", Action.ACCEPT)
-    assert forbidden.value.code == "forbidden"
-    with pytest.raises(ExecutionForbidden):
+    assert foreign.value.code == "not_found"
+    assert foreign.value.message == ExecutionNotFound(execution_id=paused.id).message
+    with pytest.raises(ExecutionNotFound):
         rt.engine.get(paused.id, "mallory")
     done = rt.engine.execute("alice", "1")
     with pytest.raises(ExecutionAlreadySettled, match="not paused"):

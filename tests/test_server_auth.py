@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow
 both_modes = pytest.mark.parametrize("mode", MODES)
 
 UNAUTHORIZED = -32004
-FORBIDDEN_SESSION = -32003
 
 
 def only_mcp_error(group: BaseException) -> MCPError:
@@ -118,8 +117,9 @@ def test_a_revoked_key_is_refused(
     assert client_refusal(shared.url, revoked_key, mode).code == UNAUTHORIZED
 
 
-def test_another_principals_session_is_forbidden(shared: SharedServer, http: httpx2.Client) -> None:
-    """Sessions exist in the 2025 protocol only (2026-07-28 is stateless)."""
+def test_another_principals_session_is_not_found(shared: SharedServer, http: httpx2.Client) -> None:
+    """Sessions exist in the 2025 protocol only (2026-07-28 is stateless). Another
+    principal's session is answered exactly like one that does not exist."""
     mode = "legacy"
     alice = RawMCP(http, shared.url, shared.alice, mode)
     assert alice.initialize().status_code == 200
@@ -134,10 +134,13 @@ def test_another_principals_session_is_forbidden(shared: SharedServer, http: htt
         ("tools/call", {"name": "execute", "arguments": {"code": "1"}}),
     ):
         response = bob.request(method, params)
-        assert response.status_code == 403, response.text
-        error = response.json()["error"]
-        assert error["code"] == FORBIDDEN_SESSION
-        assert "another principal" in error["message"]
+        assert response.status_code == 404, response.text
+        bob.session_id = "0" * 32
+        missing = bob.request(method, params)
+        bob.session_id = alice.session_id
+        assert missing.status_code == 404, missing.text
+        assert response.json() == missing.json()
+        assert response.json()["error"]["code"] == -32600
     # The refusal did not hurt alice's session.
     assert alice.request("tools/list").status_code == 200
 
@@ -158,9 +161,10 @@ def test_bob_can_neither_resume_nor_see_alices_execution(shared: SharedServer, m
                     result = await bob.call_tool("resume", arguments)
                     body = structured(result)
                     assert result.is_error, body
-                    assert body["status"] == "execution_forbidden", body
-                    assert body["error"]["code"] == "forbidden"
-                    assert "another principal" in body["error"]["message"]
+                    # Exactly what a missing execution gets: no existence oracle.
+                    assert body["status"] == "execution_not_found", body
+                    assert body["error"]["code"] == "not_found"
+                    assert "another principal" not in body["error"]["message"]
                     assert "result" not in body and "interaction" not in body
             assert writes_of(shared.deployment, key) == []
 

@@ -162,7 +162,7 @@ def test_a_body_over_the_limit_is_413(raw: RawMCP, mode: str) -> None:
     ).encode()
     response = raw.post_raw(body, "tools/call")
     assert response.status_code == 413, response.text
-    assert "too large" in response.text.lower()
+    assert "larger than 65536 bytes" in response.json()["error"]["message"]
 
 
 def test_the_server_still_works_after_bad_input(raw: RawMCP, mode: str) -> None:

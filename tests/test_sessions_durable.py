@@ -303,7 +303,7 @@ def test_a_session_moves_to_the_other_instance_of_a_postgres_pair(
         assert len(sessions) == 1 and None not in sessions, sessions
         session_id = sessions.pop()
         # Opened on a, served by b from its row (a new initialize would be a new id).
-        assert f"Created new transport with session ID: {session_id}" in a.stderr()
+        assert f"opened session {session_id}" in a.stderr()
         assert f"revived session {session_id} from its row" in b.stderr()
 
 

@@ -178,6 +178,10 @@ class ApprovalToken(SQLModel, table=True):
     execution_id: str = Field(foreign_key="executions.id", index=True, max_length=64)
     call_seq: int
     principal_id: str = Field(max_length=64)
+    #: The API key whose request minted the link: revoking that key kills the link. None
+    #: for a link minted outside a keyed request; it then lives while its principal has an
+    #: active key.
+    key_id: str | None = Field(default=None, max_length=32)
     created_at: datetime = Field(sa_column=_when())
     expires_at: datetime = Field(sa_column=_when())
     used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))

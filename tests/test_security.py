@@ -1,0 +1,635 @@
+"""Security, tried as an attacker would: two principals (alice, bob) on a real server.
+
+Every test talks to a real `lockgate serve` over loopback with raw HTTP, which is what an
+attacker has: bob holds a valid key of his own and guesses, replays and probes; nothing he
+receives may carry a byte of alice's. The limits each principal lives within (request rate,
+sessions, body size) are tried against a server of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.server_fixtures import (
+    ACCEPT,
+    MODERN,
+    RawMCP,
+    SharedServer,
+    create_key_directly,
+    make_deployment,
+    rpc_body,
+    unique_key,
+    write_code,
+)
+
+pytest_plugins = ["tests.server_fixtures"]
+pytestmark = pytest.mark.slow
+
+#: Small enough that the body-limit tests are cheap, large enough for every honest request.
+MAX_BODY = 65536
+
+
+Target = SharedServer
+
+
+def start_target(directory: Path, **settings: str) -> Target:
+    deployment = make_deployment(f"sqlite:///{directory / 'lockgate.db'}", directory, **settings)
+    alice = create_key_directly(deployment.database_url, "alice")
+    bob = create_key_directly(deployment.database_url, "bob")
+    return Target(deployment, deployment.start(), alice, bob)
+
+
+@pytest.fixture(name="target", scope="module")
+def target_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    made = start_target(
+        tmp_path_factory.mktemp("security"),
+        LOCKGATE_MAX_REQUEST_BYTES=str(MAX_BODY),
+        LOCKGATE_KEY_RECHECK_SECS="0.3",
+        LOCKGATE_METRICS_REQUIRE_KEY="true",
+        # The fuzz sends many requests; the rate limit has a test (and a server) of its own.
+        LOCKGATE_MAX_REQUESTS_PER_MINUTE="100000",
+    )
+    try:
+        yield made
+    finally:
+        made.deployment.stop_all()
+
+
+@pytest.fixture(name="http")
+def http_fixture() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=30.0) as client:
+        yield client
+
+
+# -- SSE on the wire -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    id: str | None
+    data: str
+
+
+def sse_events(text: str) -> list[SseEvent]:
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, list[str]] = {}
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            fields.setdefault(name, []).append(value.removeprefix(" "))
+        if "id" in fields or "data" in fields:
+            events.append(SseEvent(fields.get("id", [None])[-1], "\n".join(fields.get("data", []))))
+    return events
+
+
+def read_stream(
+    http: httpx2.Client, method: str, url: str, headers: dict[str, str], budget: float = 3.0
+) -> tuple[int, str]:
+    """Status and everything a response carried within `budget` seconds (an SSE stream
+    that stays open is read until then, then dropped)."""
+    chunks: list[str] = []
+    timeout = httpx2.Timeout(budget, connect=5.0)
+    with http.stream(method, url, headers=headers, timeout=timeout) as response:
+        deadline = time.monotonic() + budget
+        try:
+            for chunk in response.iter_text():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    break
+        except httpx2.ReadTimeout:
+            pass
+        return response.status_code, "".join(chunks)
+
+
+def legacy_headers(key: str, session_id: str | None = None, **extra: str) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {key}", **ACCEPT, "MCP-Protocol-Version": "2025-11-25"}
+    if session_id is not None:
+        headers["Mcp-Session-Id"] = session_id
+    headers.update(extra)
+    return headers
+
+
+def approval_token(answer: dict[str, Any]) -> str:
+    url = answer["interaction"]["approvalUrl"]
+    match = re.search(r"/approve/([A-Za-z0-9_-]+)", url)
+    assert match, url
+    return match.group(1)
+
+
+@dataclass
+class AlicePaused:
+    """Alice's paused write, as her own stream carried it."""
+
+    session_id: str
+    execution_id: str
+    token: str
+    event_ids: list[str]
+    secret_bytes: list[str]
+
+
+def alice_pauses(target: Target, http: httpx2.Client) -> AlicePaused:
+    alice = RawMCP(http, target.url, target.alice, "legacy")
+    assert alice.initialize().status_code == 200
+    assert alice.session_id is not None
+    response = http.post(
+        target.url,
+        headers=alice.headers("tools/call"),
+        json={
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"code": write_code(unique_key())}},
+        },
+    )
+    assert response.status_code == 200, response.text
+    events = sse_events(response.text)
+    ids = [e.id for e in events if e.id]
+    assert len(ids) >= 2, response.text  # the priming event and the answer
+    answer = rpc_body(response)["result"]["structuredContent"]
+    assert answer["status"] == "waiting_for_interaction", answer
+    token = approval_token(answer)
+    return AlicePaused(
+        alice.session_id,
+        answer["executionId"],
+        token,
+        ids,
+        [answer["executionId"], token, alice.session_id],
+    )
+
+
+def assert_none_of(secrets: list[str], *texts: str) -> None:
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text, f"alice's {secret!r} leaked to bob: {text[:500]!r}"
+
+
+# -- 1. the replay leak ------------------------------------------------------------------------
+
+
+def test_bob_replays_nothing_of_alices_streams_however_he_guesses(
+    target: Target, http: httpx2.Client
+) -> None:
+    paused = alice_pauses(target, http)
+    bob = RawMCP(http, target.url, target.bob, "legacy")
+    assert bob.initialize().status_code == 200
+    assert bob.session_id is not None
+
+    # Alice herself can resume her stream from its priming event: replay works, for her.
+    status, text = read_stream(
+        http,
+        "GET",
+        target.url,
+        legacy_headers(target.alice, paused.session_id, **{"Last-Event-ID": paused.event_ids[0]}),
+    )
+    assert status == 200 and paused.execution_id in text, (status, text)
+
+    # Every id alice's stream really carried, ids of the old shape (request id and a small
+    # counter), and made-up ones: on bob's own session, on alice's session with bob's key,
+    # as a POST header and a GET without a session.
+    guesses = [*paused.event_ids]
+    guesses += [f"{stream}:{n}" for stream in (1, 2, 7, "_GET_stream") for n in range(1, 25)]
+    guesses += [e.rpartition(":")[2] for e in paused.event_ids] + ["7", "0", "", "7:"]
+    seen: list[str] = []
+    for guess in guesses:
+        for session in (bob.session_id, paused.session_id, None):
+            headers = legacy_headers(target.bob, session, **{"Last-Event-ID": guess})
+            status, text = read_stream(http, "GET", target.url, headers, budget=0.5)
+            assert_none_of([paused.token, paused.execution_id], text)
+            assert status != 200 or session == bob.session_id, (guess, session, status, text)
+            seen.append(text)
+        posted = http.post(
+            target.url,
+            headers=legacy_headers(target.bob, bob.session_id, **{"Last-Event-ID": guess}),
+            json={"jsonrpc": "2.0", "id": 7, "method": "ping"},
+        )
+        seen.append(posted.text)
+    # Alice's execution and approval link, through every other door bob has.
+    for path in (
+        f"/api/executions/{paused.execution_id}",
+        f"/api/executions/{paused.execution_id}/resume",
+    ):
+        method = "POST" if path.endswith("resume") else "GET"
+        answer = http.request(
+            method,
+            target.base_url + path,
+            headers={"Authorization": f"Bearer {target.bob}", "Content-Type": "application/json"},
+            content=b'{"action": "accept"}' if method == "POST" else None,
+        )
+        assert answer.status_code == 404, answer.text
+        seen.append(answer.text)
+    resumed = bob.call_tool("resume", {"executionId": paused.execution_id, "action": "accept"})
+    seen.append(resumed.text)
+    assert_none_of([paused.token, paused.session_id], *seen)
+    # The execution id bob typed himself comes back only in "no such execution".
+    for text in seen:
+        if paused.execution_id in text:
+            assert "No execution" in text, text
+
+    # Alice's call is still hers to decide: nothing bob did decided it.
+    status, page = read_stream(http, "GET", f"{target.base_url}/approve/{paused.token}", {})
+    assert status == 200 and "Approve a call" in page
+
+
+# -- 2. body limits while reading -----------------------------------------------------------------
+
+
+def peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc status")
+
+
+def chunked_flood(port: int, path: str, key: str, mib: int) -> bytes:
+    """POST `mib` MiB with chunked encoding (no Content-Length); what came back."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    chunk = b"[" * (1024 * 1024)
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        try:
+            for _ in range(mib):
+                sock.sendall(framed)
+            sock.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server stopped reading: the point
+        try:
+            while data := sock.recv(65536):
+                received += data
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return received
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/api/executions/x/resume", "/approve/x"])
+def test_a_huge_chunked_body_is_refused_without_being_held(
+    target: Target, http: httpx2.Client, path: str
+) -> None:
+    before = peak_rss_kib(target.server.pid)
+    answer = chunked_flood(target.server.port, path, target.alice, mib=96)
+    grown_mib = (peak_rss_kib(target.server.pid) - before) / 1024
+    assert grown_mib < 24, f"the server grew by {grown_mib:.0f} MiB reading a refused body"
+    if answer:  # the refusal may be lost to the reset of a connection still sending
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # A declared length over the limit is refused before a byte of the body is read.
+    declared = http.post(
+        target.base_url + path,
+        headers={**legacy_headers(target.alice), "Content-Length": str(10 * MAX_BODY)},
+        content=b"x" * (10 * MAX_BODY),
+    )
+    assert declared.status_code == 413, declared.text
+    assert f"larger than {MAX_BODY} bytes" in declared.text
+    assert http.get(target.base_url + "/healthz").status_code == 200
+
+
+# -- 5. nothing a client sends is a server error --------------------------------------------------
+
+
+def modern_headers(key: str, method: str = "tools/list") -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {key}",
+        **ACCEPT,
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+    }
+
+
+HOSTILE_BODIES = [
+    b'{"jsonrpc": "2.0", "id": ' + b"9" * 5000 + b', "method": "ping"}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "execute", '
+    b'"arguments": {"code": ' + b"1" * 5000 + b"}}}",
+    b"[" * 3000 + b"]" * 3000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
+    b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+    b"\xff\xfe\x00garbage",
+    b'{"jsonrpc": "2.0", "id": 1e400, "method": "ping"}',
+]
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+@pytest.mark.parametrize("body", HOSTILE_BODIES, ids=range(len(HOSTILE_BODIES)))
+def test_huge_numbers_and_deep_nesting_are_client_errors(
+    target: Target, http: httpx2.Client, era: str, body: bytes
+) -> None:
+    if era == MODERN:
+        headers = modern_headers(target.alice)
+    else:
+        raw = RawMCP(http, target.url, target.alice, "legacy")
+        headers = raw.headers("ping")
+    response = http.post(target.url, headers=headers, content=body)
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+    assert "Traceback" not in response.text
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.integers(min_value=10**30, max_value=10**60),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+methods = st.sampled_from(
+    ["ping", "tools/list", "tools/call", "initialize", "resources/list", "x", "", "tasks/get"]
+)
+rpc_messages = st.fixed_dictionaries(
+    {"jsonrpc": st.sampled_from(["2.0", "1.0", 2]), "method": methods},
+    optional={"id": json_values, "params": json_values},
+)
+tool_calls = st.fixed_dictionaries(
+    {
+        "jsonrpc": st.just("2.0"),
+        "id": st.integers(0, 10**6),
+        "method": st.just("tools/call"),
+        "params": st.fixed_dictionaries(
+            {"name": st.sampled_from(["execute", "resume", "describe_tools", "nope"])},
+            optional={"arguments": json_values},
+        ),
+    }
+)
+bodies = st.one_of(
+    st.binary(max_size=200),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    rpc_messages.map(lambda v: json.dumps(v).encode()),
+    tool_calls.map(lambda v: json.dumps(v).encode()),
+    st.integers(1, 6000).map(lambda depth: b"[" * depth + b"]" * depth),
+    st.integers(1, 8000).map(lambda digits: b'{"jsonrpc":"2.0","id":' + b"7" * digits + b"}"),
+)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=bodies, era=st.sampled_from(["legacy", MODERN]))
+def test_fuzzed_bodies_never_get_a_server_error(
+    target: Target, http: httpx2.Client, body: bytes, era: str
+) -> None:
+    if era == MODERN:
+        headers = modern_headers(target.alice)
+    else:
+        headers = legacy_headers(target.alice, _fuzz_session(target, http))
+    response = http.post(target.url, headers=headers, content=body)
+    assert response.status_code < 500, (body[:200], response.status_code, response.text[:300])
+
+
+_fuzz_sessions: dict[str, str] = {}
+
+
+def _fuzz_session(target: Target, http: httpx2.Client) -> str:
+    """One session for the whole fuzz run (a fuzzed body may even close it: then another)."""
+    session = _fuzz_sessions.get(target.url)
+    if (
+        session is not None
+        and http.post(
+            target.url,
+            headers=legacy_headers(target.alice, session),
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        ).status_code
+        == 200
+    ):
+        return session
+    raw = RawMCP(http, target.url, target.alice, "legacy")
+    assert raw.initialize().status_code == 200 and raw.session_id is not None
+    _fuzz_sessions[target.url] = raw.session_id
+    return raw.session_id
+
+
+# -- 6. a stale approval link reads nothing -------------------------------------------------------
+
+
+def test_a_link_whose_call_was_decided_elsewhere_reads_nothing(
+    target: Target, http: httpx2.Client
+) -> None:
+    paused = alice_pauses(target, http)
+    token_headers = {"X-Approval-Token": paused.token}
+    pending = http.get(
+        f"{target.base_url}/api/executions/{paused.execution_id}", headers=token_headers
+    )
+    assert pending.status_code == 200 and pending.json()["status"] == "waiting_for_interaction"
+    # Alice decides with her key, through MCP: the link's call is no longer pending.
+    alice = RawMCP(http, target.url, target.alice, "legacy")
+    decided = alice.call_tool("resume", {"executionId": paused.execution_id, "action": "accept"})
+    assert rpc_body(decided)["result"]["structuredContent"]["status"] == "completed"
+    stale = http.get(
+        f"{target.base_url}/api/executions/{paused.execution_id}", headers=token_headers
+    )
+    assert stale.status_code == 409, stale.text
+    assert stale.json()["error"]["code"] == "already_settled"
+    for field in ("import tools", "result", "argsPreview", "tools.notes"):
+        assert field not in stale.text, stale.text
+    # Alice's key still reads it.
+    owner = http.get(
+        f"{target.base_url}/api/executions/{paused.execution_id}",
+        headers={"Authorization": f"Bearer {target.alice}"},
+    )
+    assert owner.status_code == 200 and owner.json()["status"] == "completed"
+
+
+# -- 7. DNS rebinding ---------------------------------------------------------------------------
+
+
+def test_the_approval_page_and_api_answer_only_to_their_own_host(
+    target: Target, http: httpx2.Client
+) -> None:
+    paused = alice_pauses(target, http)
+    for path, headers in (
+        (f"/approve/{paused.token}", {}),
+        (f"/api/executions/{paused.execution_id}", {"X-Approval-Token": paused.token}),
+        (f"/api/executions/{paused.execution_id}", {"Authorization": f"Bearer {target.alice}"}),
+    ):
+        rebound = http.get(target.base_url + path, headers={**headers, "Host": "evil.example"})
+        assert rebound.status_code == 421, rebound.text
+        assert paused.execution_id not in rebound.text and "Approve" not in rebound.text
+        own = http.get(target.base_url + path, headers=headers)
+        assert own.status_code == 200, own.text
+    posted = http.post(
+        f"{target.base_url}/api/executions/{paused.execution_id}/resume",
+        headers={"X-Approval-Token": paused.token, "Host": "evil.example:80"},
+        json={"action": "accept"},
+    )
+    assert posted.status_code == 421, posted.text
+    # Still undecided.
+    page = http.get(f"{target.base_url}/approve/{paused.token}")
+    assert page.status_code == 200 and "Approve a call" in page.text
+
+
+# -- 8. no existence oracles --------------------------------------------------------------------
+
+
+def test_anothers_execution_and_session_look_exactly_like_missing_ones(
+    target: Target, http: httpx2.Client
+) -> None:
+    paused = alice_pauses(target, http)
+    missing_id = "0" * 32
+    bob_key = {"Authorization": f"Bearer {target.bob}"}
+    foreign = http.get(f"{target.base_url}/api/executions/{paused.execution_id}", headers=bob_key)
+    missing = http.get(f"{target.base_url}/api/executions/{missing_id}", headers=bob_key)
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.text.replace(paused.execution_id, missing_id) == missing.text
+
+    bob = RawMCP(http, target.url, target.bob, "legacy")
+    results = [
+        rpc_body(bob.call_tool("resume", {"executionId": eid, "action": "accept"}))["result"]
+        for eid in (paused.execution_id, missing_id)
+    ]
+    texts = [json.dumps(r).replace(paused.execution_id, missing_id) for r in results]
+    assert texts[0] == texts[1] and results[0]["isError"]
+
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    alices = http.post(target.url, headers=legacy_headers(target.bob, paused.session_id), json=ping)
+    nobodys = http.post(target.url, headers=legacy_headers(target.bob, missing_id), json=ping)
+    assert alices.status_code == nobodys.status_code == 404
+    assert alices.text == nobodys.text
+
+
+# -- 9. revocation, and /metrics ------------------------------------------------------------------
+
+
+def test_a_revoked_keys_open_stream_is_closed(target: Target, http: httpx2.Client) -> None:
+    carol = target.deployment.create_key("carol")
+    raw = RawMCP(http, target.url, carol.secret, "legacy")
+    assert raw.initialize().status_code == 200
+    opened = threading.Event()
+    ended = threading.Event()
+    received: list[str] = []
+
+    def listen() -> None:
+        headers = legacy_headers(carol.secret, raw.session_id)
+        with (
+            httpx2.Client(timeout=httpx2.Timeout(60.0)) as own,
+            own.stream("GET", target.url, headers=headers) as response,
+        ):
+            received.append(str(response.status_code))
+            opened.set()
+            try:
+                for chunk in response.iter_text():
+                    received.append(chunk)
+            except httpx2.TransportError:
+                pass
+        ended.set()
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert opened.wait(30) and received[0] == "200", received
+    assert not ended.is_set()
+    target.deployment.revoke_key(carol.id)
+    assert ended.wait(30), "the revoked key's stream stayed open"
+    # And the key opens nothing new.
+    again = http.get(target.url, headers=legacy_headers(carol.secret, raw.session_id))
+    assert again.status_code == 401
+
+
+def test_approval_links_die_with_the_key_they_were_issued_under(
+    target: Target, http: httpx2.Client
+) -> None:
+    dave = target.deployment.create_key("dave")
+    other_dave_key = target.deployment.create_key("dave")  # dave keeps another, valid key
+    raw = RawMCP(http, target.url, dave.secret, "legacy")
+    paused = rpc_body(raw.call_tool("execute", {"code": write_code(unique_key())}))
+    answer = paused["result"]["structuredContent"]
+    token, execution_id = approval_token(answer), answer["executionId"]
+    assert http.get(f"{target.base_url}/approve/{token}").status_code == 200
+    target.deployment.revoke_key(dave.id)
+
+    page = http.get(f"{target.base_url}/approve/{token}")
+    assert page.status_code == 403 and "no longer works" in page.text, page.text
+    api = http.get(
+        f"{target.base_url}/api/executions/{execution_id}", headers={"X-Approval-Token": token}
+    )
+    assert api.status_code == 403 and api.json()["error"]["code"] == "token_revoked", api.text
+    decide = http.post(
+        f"{target.base_url}/api/executions/{execution_id}/resume",
+        headers={"X-Approval-Token": token},
+        json={"action": "accept"},
+    )
+    assert decide.status_code == 403, decide.text
+    # Undecided: dave's remaining key still sees it waiting.
+    view = http.get(
+        f"{target.base_url}/api/executions/{execution_id}",
+        headers={"Authorization": f"Bearer {other_dave_key.secret}"},
+    )
+    assert view.json()["status"] == "waiting_for_interaction", view.text
+
+
+def test_metrics_can_require_a_key_and_name_no_one(target: Target, http: httpx2.Client) -> None:
+    paused = alice_pauses(target, http)
+    anonymous = http.get(f"{target.base_url}/metrics")
+    assert anonymous.status_code == 401, anonymous.text
+    assert "LOCKGATE_METRICS_REQUIRE_KEY" in anonymous.text
+    wrong = http.get(f"{target.base_url}/metrics", headers={"Authorization": "Bearer lg_nope"})
+    assert wrong.status_code == 401
+    scraped = http.get(
+        f"{target.base_url}/metrics", headers={"Authorization": f"Bearer {target.bob}"}
+    )
+    assert scraped.status_code == 200 and "lockgate_transitions" in scraped.text
+    for sensitive in (*paused.secret_bytes, "alice", "bob"):
+        assert sensitive not in scraped.text, sensitive
+
+
+# -- 4. per-principal limits at the door ---------------------------------------------------------
+
+
+@pytest.fixture(name="limited")
+def limited_fixture(tmp_path: Path) -> Iterator[Target]:
+    made = start_target(
+        tmp_path,
+        LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL="2",
+        LOCKGATE_MAX_REQUESTS_PER_MINUTE="24",
+    )
+    try:
+        yield made
+    finally:
+        made.deployment.stop_all()
+
+
+def test_one_principal_at_its_limits_does_not_stop_another(
+    limited: Target, http: httpx2.Client
+) -> None:
+    sessions = []
+    for _ in range(2):
+        raw = RawMCP(http, limited.url, limited.alice, "legacy")
+        assert raw.initialize().status_code == 200
+        sessions.append(raw)
+    third = RawMCP(http, limited.url, limited.alice, "legacy").initialize()
+    assert third.status_code == 429, third.text
+    assert "LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL=2" in third.json()["error"]["message"]
+    bobs = RawMCP(http, limited.url, limited.bob, "legacy")
+    assert bobs.initialize().status_code == 200
+    # Closing one of alice's sessions makes room for another.
+    closed = http.delete(limited.url, headers=sessions[0].headers("ping"))
+    assert closed.status_code == 200
+    assert RawMCP(http, limited.url, limited.alice, "legacy").initialize().status_code == 200
+
+    # The request rate: alice runs out (24 a minute, 8 of them spent above); bob does not.
+    statuses = [sessions[1].request("ping").status_code for _ in range(24)]
+    assert statuses.count(200) >= 1 and statuses[-1] == 429, statuses
+    refused = sessions[1].request("ping")
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "LOCKGATE_MAX_REQUESTS_PER_MINUTE" in refused.json()["error"]["message"]
+    assert bobs.request("ping").status_code == 200
