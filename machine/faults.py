@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
@@ -33,8 +34,55 @@ class CrashMode(StrEnum):
     KILL = "kill"
 
 
+#: How long a held thread or its holder waits before the harness gives up: never a way to
+#: order events (the gate does that), only a bound on a harness bug that would hang a run.
+GATE_LIMIT_SECS = 60.0
+
+
+class GateNeverOpened(BaseException):
+    """A thread was held at a gate nobody opened within the limit: a harness bug."""
+
+
+class Gate:
+    """Holds the first thread that reaches `point` until the simulator opens the gate.
+
+    This is how concurrency is simulated deterministically: instance A is stopped at a
+    chosen point of its write path (as if its process stalled there), the simulator makes
+    instance B do what it would meanwhile (recover A's work once A's lease lapsed), then
+    opens the gate and A goes on with what it had read before the stall. One thread is held;
+    any later passer goes through.
+    """
+
+    def __init__(self, point: CrashPoint) -> None:
+        self.point = point
+        #: Set when a thread arrived and is held (or when `give_up` says none will).
+        self.arrived = threading.Event()
+        self.held = False
+        self._opened = threading.Event()
+
+    def wait_until_held(self) -> bool:
+        """True once a thread is held here; False if `give_up` was called first."""
+        if not self.arrived.wait(GATE_LIMIT_SECS):
+            raise GateNeverOpened(f"no thread reached {self.point.name}")
+        return self.held
+
+    def give_up(self) -> None:
+        """The thread meant to arrive ended without passing the point."""
+        self.arrived.set()
+
+    def open(self) -> None:
+        self._opened.set()
+
+    def hold(self) -> None:
+        self.held = True
+        self.arrived.set()
+        if not self._opened.wait(GATE_LIMIT_SECS):
+            raise GateNeverOpened(f"the gate at {self.point.name} was never opened")
+
+
 class Faults:
-    """Records every crash point the write path passes and fires the armed ones."""
+    """Records every crash point the write path passes, fires the armed ones and holds
+    threads at gated ones."""
 
     def __init__(
         self,
@@ -55,6 +103,8 @@ class Faults:
         #: Every point passed, in order (the simulator reads what came after a crash).
         self.trail: list[CrashPoint] = []
         self.fired: list[CrashPoint] = []
+        self._gates: dict[CrashPoint, Gate] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_environment(cls, variable: str = "LOCKGATE_CRASH_AT") -> Faults:
@@ -63,17 +113,29 @@ class Faults:
         names = [n for n in os.environ.get(variable, "").split(",") if n.strip()]
         return cls([CrashPoint.parse(n.strip()) for n in names], mode=CrashMode.KILL)
 
+    def gate(self, point: CrashPoint) -> Gate:
+        """Hold the next thread that reaches `point` (see `Gate`)."""
+        gate = Gate(point)
+        with self._lock:
+            self._gates[point] = gate
+        return gate
+
     def reached(self, point: CrashPoint) -> None:
-        self.hits[point] += 1
-        self.trail.append(point)
-        if point in self.armed:
-            if self.skip > 0:
-                self.skip -= 1
+        with self._lock:
+            self.hits[point] += 1
+            self.trail.append(point)
+            gate = self._gates.pop(point, None)
+        if gate is not None:
+            gate.hold()
+        with self._lock:
+            if point in self.armed:
+                if self.skip > 0:
+                    self.skip -= 1
+                    return
+            elif not (self.probability and self.random.random() < self.probability):
                 return
-        elif not (self.probability and self.random.random() < self.probability):
-            return
-        self.fired.append(point)
-        self.armed.discard(point)  # a point kills once: what comes after is the recovery
+            self.fired.append(point)
+            self.armed.discard(point)  # a point kills once: what comes after is the recovery
         if self.mode is CrashMode.KILL:
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedCrash(point)

@@ -39,7 +39,13 @@ INVARIANTS = (
     "the canary secret appears nowhere",
     "every owed id ends answered or reported exactly once",
     "no session outlives its lease",
+    "no execution fails with an internal error",
+    "a call is made again only where the spec allows it",
+    "no call is made that the same run without a crash does not make",
 )
+
+#: The calls each execution made, by its code: `[(tool, arguments), ...]` in call order.
+CallLists = dict[str, list[list[tuple[str, str]]]]
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,12 @@ def check_all(
     now: datetime | None = None,
     lease: LeasePolicy | None = None,
     reports_may_wait: bool = False,
+    baseline: CallLists | None = None,
 ) -> list[Violation]:
-    """Every invariant. `quiescent`: no work is in flight any more (the simulator ran
-    everything to the end), so a running execution is stranded even under a live owner."""
+    """Every invariant, over every row of the database (not only what a client knew of).
+    `quiescent`: no work is in flight any more (the simulator ran everything to the end),
+    so a running execution is stranded even under a live owner. `baseline`: the calls the
+    same scenario made without a crash (`calls_made`), for checkpoint fidelity."""
     found: list[Violation] = []
     with Session(engine) as s:
         executions = list(s.exec(select(Execution)))
@@ -86,6 +95,10 @@ def check_all(
     found += _in_doubt_named(executions, calls)
     found += _edges_declared(log)
     found += _canary(engine, list(logs), canary)
+    found += _no_internal_failures(executions)
+    found += _dispatched_as_allowed(calls, log, list(effects))
+    if baseline is not None:
+        found += _no_extra_calls(executions, calls, baseline)
     with Session(engine) as s:
         owed = list(s.exec(select(OwedRequest)))
         sessions = list(s.exec(select(SessionRow)))
@@ -123,6 +136,105 @@ def _owed_settled(
         if n > 1
     ]
     return out
+
+
+def _no_internal_failures(executions: list[Execution]) -> list[Violation]:
+    """The engine's last line of defence caught something: a bug, whatever the client saw."""
+    out = []
+    for e in executions:
+        error = e.outcome.get("error") if isinstance(e.outcome, dict) else None
+        if isinstance(error, dict) and error.get("code") == "internal_error":
+            out.append(Violation(INVARIANTS[10], f"execution {e.id} failed internally", (e.id,)))
+    return out
+
+
+def _dispatched_as_allowed(
+    calls: list[ToolCall], log: list[TransitionLog], effects: list[dict[str, JsonValue]]
+) -> list[Violation]:
+    """Checkpoint fidelity, from the tools' own log of what they did: a call is sent once
+    when it is dispatched, and once more each time recovery re-dispatches it (only an
+    idempotent call that was in flight at a crash). Any other repeat is a replay that went
+    behind the last durable checkpoint; a dispatch with no journaled call is a call the
+    engine made without recording it."""
+    allowed = Counter(
+        r.record_id
+        for r in log
+        if r.machine == "tool_call" and r.event in ("dispatch", "redispatch")
+    )
+    made = Counter(str(e["idempotency_key"]) for e in effects)
+    known = {c.id: c for c in calls}
+    out = []
+    for key, n in sorted(made.items()):
+        call = known.get(key)
+        if call is None:
+            out.append(Violation(INVARIANTS[11], f"a tool ran for {key}, which no call records"))
+        elif n > allowed[key]:
+            out.append(
+                Violation(
+                    INVARIANTS[11],
+                    f"call {key} ({call.tool}, {call.status}) ran {n} times but was dispatched "
+                    f"{allowed[key]} times",
+                    (call.execution_id, call.id),
+                )
+            )
+    return out
+
+
+def calls_made(engine: Engine) -> CallLists:
+    """Per execution code, the call lists of its executions (the baseline of a scenario)."""
+    with Session(engine) as s:
+        executions = list(s.exec(select(Execution)))
+        calls = list(s.exec(select(ToolCall).order_by(col(ToolCall.seq))))
+    return _call_lists(executions, calls)[0]
+
+
+def _call_lists(
+    executions: list[Execution], calls: list[ToolCall]
+) -> tuple[CallLists, dict[str, list[ToolCall]]]:
+    by_execution: dict[str, list[ToolCall]] = {}
+    for c in sorted(calls, key=lambda c: (c.execution_id, c.seq)):
+        by_execution.setdefault(c.execution_id, []).append(c)
+    lists: CallLists = {}
+    for e in executions:
+        made = [(c.tool, repr(c.arguments)) for c in by_execution.get(e.id, [])]
+        lists.setdefault(e.code, []).append(made)
+    return lists, by_execution
+
+
+def _no_extra_calls(
+    executions: list[Execution], calls: list[ToolCall], baseline: CallLists
+) -> list[Violation]:
+    """Each execution's calls must be (a prefix of: a crash may end it early) the calls an
+    execution of the same code made in the run without a crash. A call beyond that is one
+    that only the crash caused: named, with its execution."""
+    _, by_execution = _call_lists(executions, calls)
+    out = []
+    for e in executions:
+        expected = baseline.get(e.code)
+        if not expected:
+            continue  # code the crash-free run never started (a client's retry differs)
+        made = by_execution.get(e.id, [])
+        pairs = [(c.tool, repr(c.arguments)) for c in made]
+        if any(pairs == run[: len(pairs)] for run in expected):
+            continue
+        longest = max((sum(1 for _ in _common(pairs, run)) for run in expected), default=0)
+        extra = made[longest]
+        out.append(
+            Violation(
+                INVARIANTS[12],
+                f"execution {e.id} made call {extra.seq} ({extra.tool} {extra.arguments!r}), "
+                f"which the run without a crash does not make",
+                (e.id, extra.id),
+            )
+        )
+    return out
+
+
+def _common(a: list[tuple[str, str]], b: list[tuple[str, str]]) -> Iterable[None]:
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            return
+        yield None
 
 
 def _leases(sessions: list[SessionRow], now: datetime, lease: LeasePolicy) -> list[Violation]:

@@ -25,7 +25,11 @@ from machine.execution_errors import (
 )
 from machine.sessions import request_key
 from machine.views import ExecutionView
-from simulation.world import Client
+from simulation.canary import LEAKING_CODE
+from simulation.concurrency import one_decision_twice, stalled_at, two_recoverers
+from simulation.world import Client, ScenarioFailed, expect
+
+__all__ = ["CATALOG", "Scenario", "ScenarioFailed", "by_name", "expect"]
 from spec import ExecutionStatus as E
 
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
@@ -35,15 +39,6 @@ CATCH_DECLINE = (
 )
 
 Drive = Callable[[Client], None]
-
-
-class ScenarioFailed(AssertionError):
-    """The client got an answer no client should ever get."""
-
-
-def expect(condition: bool, what: str) -> None:
-    if not condition:
-        raise ScenarioFailed(what)
 
 
 @dataclass(frozen=True)
@@ -103,6 +98,19 @@ def failing_code(client: Client) -> None:
     view = started(client, "e", "tools.notes.list()\nraise ValueError('broken')")
     final = client.get(view.id)
     expect(final.status in (E.FAILED, E.INTERRUPTED), f"failing code ended {final.status}")
+
+
+def leaky_tools(client: Client) -> None:
+    """Tools that put their secret in a result, an error message and an exception: only the
+    engine's scrubbing keeps it out of what is stored and logged."""
+    view = started(client, "e", LEAKING_CODE)
+    final = client.get(view.id)
+    expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"leaky tools ended {final.status}")
+    if final.status == E.COMPLETED:
+        expect(
+            isinstance(final.result, list) and len(final.result) == 3,
+            f"the leaky tools answered {final.result!r}",
+        )
 
 
 def approval_accepted(client: Client) -> None:
@@ -354,10 +362,19 @@ def session_lease(client: Client) -> None:
         )
 
 
+_STALLS = (
+    ("before_dispatch", "tool_call:dispatch:approved->dispatched:before_commit"),
+    ("after_dispatch", "tool_call:dispatch:approved->dispatched:after_commit"),
+    ("before_succeed", "tool_call:succeed:dispatched->succeeded:before_commit"),
+    ("before_complete", "execution:complete:running->completed:before_commit"),
+)
+_WRITE_APPROVED = {"policy": "notes.write=approve"}
+
 CATALOG: tuple[Scenario, ...] = (
     Scenario("plain", "A run with one auto-approved call.", plain),
     Scenario("several_calls", "Several calls, one failing inside the code.", several_calls),
     Scenario("failing_code", "Code that raises after a call.", failing_code),
+    Scenario("leaky_tools", "Tools that leak their secret everywhere they can.", leaky_tools),
     Scenario("approval_accepted", "A write paused for approval, accepted.", approval_accepted),
     Scenario("approval_declined", "Declined; the code catches it.", approval_declined),
     Scenario("approval_cancelled", "Cancelled; the code catches it.", approval_cancelled),
@@ -400,6 +417,29 @@ CATALOG: tuple[Scenario, ...] = (
     Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover, portable=False),
     Scenario(
         "graceful_shutdown", "An instance drains and stops.", graceful_shutdown, portable=False
+    ),
+    *(
+        Scenario(
+            f"stalled_{where}",
+            f"a stalls at {point}; b recovers its work; then a wakes up.",
+            stalled_at(point),
+            settings=_WRITE_APPROVED,
+            portable=False,
+        )
+        for where, point in _STALLS
+    ),
+    Scenario(
+        "two_recoverers",
+        "b and c recover a's work at once (b held before its requeue commits).",
+        two_recoverers,
+        settings=_WRITE_APPROVED,
+        portable=False,
+    ),
+    Scenario(
+        "one_decision_twice",
+        "Two resumes with one decision on two instances, the first held before it commits.",
+        one_decision_twice,
+        portable=False,
     ),
     Scenario(
         "session_requests",

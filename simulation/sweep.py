@@ -21,7 +21,7 @@ from pathlib import Path
 
 from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
-from simulation.invariants import Violation, check_all, history
+from simulation.invariants import CallLists, Violation, calls_made, check_all, history
 from simulation.scenarios import CATALOG, Scenario, ScenarioFailed
 from simulation.world import CANARY, Client, LogCapture, World
 from spec import MACHINES, CrashPoint, crash_points
@@ -45,6 +45,8 @@ class RunResult:
     reached: set[CrashPoint]
     violations: list[Violation]
     trace: list[str]
+    #: The calls every execution made (a crash-free run's are the baseline of the others).
+    calls: CallLists = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -61,8 +63,10 @@ def run_plan(
     plan: Sequence[CrashPoint],
     workdir: Path,
     database_url: str | None = None,
+    baseline: CallLists | None = None,
 ) -> RunResult:
-    """Run one scenario with `plan` armed; check the invariants afterwards."""
+    """Run one scenario with `plan` armed; check the invariants afterwards (with the calls
+    of the scenario's crash-free run as `baseline`, for checkpoint fidelity)."""
     faults = Faults(plan)
     world = World(workdir, database_url, settings=scenario.settings, faults=faults)
     capture = LogCapture()
@@ -72,6 +76,7 @@ def run_plan(
     root.setLevel(logging.DEBUG)
     trace: list[str] = []
     violations: list[Violation] = []
+    made: CallLists = {}
 
     def restart() -> Runtime:
         """The process died: drop everything it held and boot a new incarnation (whose boot
@@ -132,7 +137,9 @@ def run_plan(
                 CANARY,
                 now=world.clock(),
                 lease=client.runtime.sessions.policy,
+                baseline=baseline,
             )
+            made = calls_made(engine)
             if violations:
                 records = [r for v in violations for r in v.records]
                 trace += ["persisted transitions:", *history(engine, records)]
@@ -151,6 +158,7 @@ def run_plan(
         reached=set(faults.trail),
         violations=violations,
         trace=trace,
+        calls=made,
     )
 
 
@@ -181,15 +189,16 @@ def sweep(
     """Every scenario at every crash point it reaches (or only the plan in `only`)."""
     report = SweepReport()
     for scenario in scenarios:
+        baseline: CallLists | None = None
+        if only is not None:
+            baseline = _run(scenario, (), database_url_factory()).calls
         queue: list[tuple[CrashPoint, ...]] = [tuple(only)] if only is not None else [()]
         planned = set(queue)
         while queue:
             plan = queue.pop(0)
-            workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-"))
-            try:
-                result = run_plan(scenario, plan, workdir, database_url_factory())
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
+            result = _run(scenario, plan, database_url_factory(), baseline)
+            if not plan:
+                baseline = result.calls
             report.runs.append(result)
             progress(result)
             for point in result.reached:
@@ -205,6 +214,19 @@ def sweep(
                     planned.add(candidate)
                     queue.append(candidate)
     return report
+
+
+def _run(
+    scenario: Scenario,
+    plan: tuple[CrashPoint, ...],
+    database_url: str | None,
+    baseline: CallLists | None = None,
+) -> RunResult:
+    workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-"))
+    try:
+        return run_plan(scenario, plan, workdir, database_url, baseline)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _reached_without_crash(report: SweepReport, scenario: Scenario) -> set[CrashPoint]:

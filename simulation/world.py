@@ -26,8 +26,11 @@ from machine.secrets import StaticSecrets
 from machine.settings import Settings
 from machine.tools.notes import NotesSource
 from machine.views import ExecutionView
+from simulation.canary import TOKEN_SECRET as CANARY_TOKEN
+from simulation.canary import CanarySource
 
-#: Passed to the notes tools at dispatch; it must never appear in any record or log.
+#: Passed to the notes tools and the leaking canary tools at dispatch; it must never appear
+#: in any record or log.
 CANARY = "canary-5eb1d0c4-never-store-me"
 
 
@@ -54,6 +57,15 @@ class SimClock:
 
     def advance(self, delta: timedelta) -> None:
         self.now += delta
+
+
+class ScenarioFailed(AssertionError):
+    """The client got an answer no client should ever get."""
+
+
+def expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise ScenarioFailed(what)
 
 
 class LogCapture(logging.Handler):
@@ -104,8 +116,8 @@ class World:
         )
         runtime = Runtime.create(
             config,
-            sources=[self.notes],
-            secrets=StaticSecrets({"notes_token": CANARY}),
+            sources=[self.notes, CanarySource()],
+            secrets=StaticSecrets({"notes_token": CANARY, CANARY_TOKEN: CANARY}),
             faults=self.faults,
             clock=self.clock,
         )
