@@ -26,6 +26,7 @@ from machine.execution_errors import (
 from machine.sessions import request_key
 from machine.views import ExecutionView
 from simulation.canary import LEAKING_CODE
+from simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
 from simulation.concurrency import one_decision_twice, stalled_at, two_recoverers
 from simulation.world import Client, ScenarioFailed, expect
 
@@ -433,6 +434,31 @@ CATALOG: tuple[Scenario, ...] = (
         "b and c recover a's work at once (b held before its requeue commits).",
         two_recoverers,
         settings=_WRITE_APPROVED,
+        portable=False,
+    ),
+    Scenario(
+        "approval_deadline",
+        "Only the clock moves: a paused run before, at and after its deadline.",
+        approval_deadline,
+        portable=False,
+    ),
+    Scenario(
+        "instance_lease",
+        "Only the clock moves: a stalled instance before, at and after its lease ends.",
+        instance_lease,
+        settings=_WRITE_APPROVED,
+        portable=False,
+    ),
+    Scenario(
+        "session_idle",
+        "Only the clock moves: an idle session before, at and after its idle timeout.",
+        session_idle,
+        portable=False,
+    ),
+    Scenario(
+        "session_cap",
+        "Only the clock moves: a session with a request owed, at and around its cap.",
+        session_cap,
         portable=False,
     ),
     Scenario(
