@@ -6,13 +6,17 @@ violation, stale diagrams); 2 the command could not run as asked (bad usage, mis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from machine.bindings import binding_names
 from spec import COMPOSITIONS, MACHINES, SpecInvalid, crash_points, load
+
+if TYPE_CHECKING:
+    from machine.tools.registry import ToolSource
 
 app = typer.Typer(
     help="Lockgate: a durable, approval-gated code-execution MCP server.",
@@ -223,6 +227,14 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port to bind (default 8000).")] = None,
 ) -> None:
     """Run the Lockgate MCP server (streamable HTTP at /mcp)."""
+    run_server(host, port)
+
+
+def run_server(
+    host: str | None, port: int | None, *, extra_sources: Sequence[ToolSource] = ()
+) -> None:
+    """`serve`: with `extra_sources`, those tool sources are registered next to the notes
+    tools (a test launcher, tests/procs/canary_server.py, serves a leaking source this way)."""
     import signal
     import sys
 
@@ -258,7 +270,15 @@ def serve(
     configure_logging()
     from server.app import create_app
 
-    application = create_app(settings)
+    runtime = None
+    if extra_sources:
+        from machine.runtime import Runtime
+        from machine.tools.notes import NotesSource
+
+        runtime = Runtime.create(
+            settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
+        )
+    application = create_app(settings, runtime)
     url = f"{settings.base_url}/mcp"
     typer.echo(f"Lockgate MCP server: {url}")
     if created is not None:

@@ -3,8 +3,15 @@ secret, and a graceful stop on SIGTERM that records the instance as stopped."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -13,15 +20,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
 from machine.db.connect import open_engine
-from machine.db.schema import Instance
+from machine.db.schema import Instance, metadata
+from machine.secrets import REDACTED, environment_variable
+from simulation.canary import LEAKING_CODE, TOKEN_SECRET
 from tests.conftest import CANARY
 from tests.server_fixtures import (
+    DATABASES,
     MODES,
     Deployment,
     LockgateServer,
     SharedServer,
     create_key_directly,
+    free_port,
+    make_deployment,
     mcp_client,
+    new_database_url,
     pause,
     run,
     structured,
@@ -81,6 +94,112 @@ def assert_clean_logs(server: LockgateServer) -> list[dict[str, Any]]:
     return records
 
 
+# -- a server whose tools leak their secret ----------------------------------------------------
+#
+# The notes tools never put their token in what they return, so "the secret is nowhere" holds
+# for them whether or not the engine scrubs anything. The canary tools (simulation/canary.py)
+# echo the same secret in a result, quote it in an error and raise it in an unexpected
+# exception: only the engine's scrubbing keeps it out of the answers, the logs and the rows.
+
+ROOT = Path(__file__).resolve().parents[1]
+CANARY_SERVER = "tests.procs.canary_server"
+
+
+def spawn_canary_server(deployment: Deployment, name: str) -> LockgateServer:
+    """`lockgate serve` (the same serve path, through tests/procs/canary_server.py) with the
+    canary source registered and its secret set; stopped with the deployment."""
+    port = free_port()
+    stdout_path = deployment.logs_dir / f"{name}.stdout"
+    stderr_path = deployment.logs_dir / f"{name}.stderr"
+    env = deployment.env({environment_variable(TOKEN_SECRET): CANARY, "PYTHONPATH": str(ROOT)})
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", CANARY_SERVER, "--port", str(port)],
+            cwd=deployment.logs_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    server = LockgateServer(name, port, popen, stdout_path, stderr_path)
+    deployment.servers.append(server)
+    server.wait_ready()
+    return server
+
+
+async def run_leaking_execution(url: str, key: str, mode: str) -> dict[str, Any]:
+    """Run `LEAKING_CODE` (every canary tool, auto-approved) and check what the client got:
+    the tools ran and leaked, and every leak was scrubbed. The completed answer."""
+    async with mcp_client(url, key, mode) as client:
+        result = await client.call_tool("execute", {"code": LEAKING_CODE})
+    body = structured(result)
+    assert not result.is_error, body
+    assert body["status"] == "completed", body
+    echoed, rejected, exploded = body["result"]
+    # The result, the error message and the printed logs held the token: scrubbed.
+    assert echoed == {
+        "token": REDACTED,
+        "said": f"authenticated with {REDACTED}",
+        "nested": [{"t": REDACTED}],
+    }, echoed
+    reason = f"upstream rejected the token {REDACTED} (HTTP 401)"
+    assert rejected == f"tools.canary.reject failed: {reason}", rejected
+    # The unexpected exception's text is never kept: only its type.
+    assert exploded == "tools.canary.explode failed: the tool failed unexpectedly (ValueError)"
+    assert REDACTED in body["logs"], body
+    answer = json.dumps(body) + "\n".join(
+        block.text for block in result.content if block.type == "text"
+    )
+    assert CANARY not in answer, "the secret reached the client"
+    return body
+
+
+def assert_no_secret_in_the_database(database_url: str) -> None:
+    """Every row of every table, snapshots included (bytes searched as latin-1)."""
+    engine = open_engine(database_url)
+    parts: list[str] = []
+    try:
+        with engine.connect() as conn:
+            for table in metadata.sorted_tables:
+                for row in conn.execute(table.select()):
+                    for value in row:
+                        if isinstance(value, bytes | memoryview):
+                            parts.append(bytes(value).decode("latin-1"))
+                        else:
+                            parts.append(repr(value))
+    finally:
+        engine.dispose()
+    dump = "\n".join(parts)
+    assert REDACTED in dump, "the leaking calls' scrubbed results are not in the database"
+    assert CANARY not in dump, "the secret reached the database"
+
+
+@dataclass
+class CanaryServer:
+    deployment: Deployment
+    server: LockgateServer
+    key: str
+
+
+@pytest.fixture(name="canary", scope="module", params=DATABASES)
+def canary_fixture(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CanaryServer]:
+    """One server with the canary source per database kind, shared by this module's tests."""
+    kind: str = request.param
+    directory = tmp_path_factory.mktemp(f"canary-{kind}")
+    deployment = make_deployment(
+        new_database_url(request, kind, directory),
+        directory,
+        LOCKGATE_INSTANCE_NAME=f"canary-{uuid.uuid4().hex[:6]}",
+    )
+    try:
+        key = create_key_directly(deployment.database_url, "alice")
+        yield CanaryServer(deployment, spawn_canary_server(deployment, "canary"), key)
+    finally:
+        deployment.stop_all()
+
+
 # -- health, readiness, metrics ----------------------------------------------------------------
 
 
@@ -138,9 +257,16 @@ def test_metrics_after_an_execution(shared: SharedServer, mode: str) -> None:
 
 
 @both_modes
-def test_logs_are_json_and_never_hold_the_secret(shared: SharedServer, mode: str) -> None:
-    run(run_busy_execution(shared.url, shared.alice, mode))
-    assert_clean_logs(shared.server)
+def test_logs_are_json_and_never_hold_the_secret(canary: CanaryServer, mode: str) -> None:
+    """The canary tools leak their secret everywhere they can; none of it reaches the logs
+    (the unexpected exception is logged by its type only), the answers or the rows."""
+    run(run_busy_execution(canary.server.url, canary.key, mode))
+    run(run_leaking_execution(canary.server.url, canary.key, mode))
+    records = assert_clean_logs(canary.server)
+    assert any("tool canary.explode raised ValueError" in r["message"] for r in records), (
+        "the unexpected exception was not logged (by its type)"
+    )
+    assert_no_secret_in_the_database(canary.deployment.database_url)
 
 
 @both_modes
@@ -174,13 +300,15 @@ def instance_status(database_url: str, instance_id: str) -> str:
 
 
 def test_sigterm_stops_gracefully(deployment: Deployment) -> None:
-    """Work in both eras (dispatching the notes tools with the canary secret), then SIGTERM:
-    exit 0 within seconds, the instance row `stopped`, and logs without the secret."""
+    """Work in both eras (the notes tools, and the canary tools that leak their secret),
+    then SIGTERM: exit 0 within seconds, the instance row `stopped`, and logs (to the last
+    line, written while draining) and rows without the secret."""
     key = create_key_directly(deployment.database_url, "alice")
-    server = deployment.start(name="graceful")
+    server = spawn_canary_server(deployment, "graceful")
     assert server.instance_id is not None
     for mode in MODES:
         run(run_busy_execution(server.url, key, mode))
+        run(run_leaking_execution(server.url, key, mode))
     assert len([e for e in deployment.effects() if e["tool"] == "notes.write"]) == 2
 
     server.popen.send_signal(signal.SIGTERM)
@@ -197,6 +325,7 @@ def test_sigterm_stops_gracefully(deployment: Deployment) -> None:
     with httpx2.Client(timeout=2.0) as http:
         assert not _answers(http, server), "the port is still open after the exit"
     assert code == 0
+    assert_no_secret_in_the_database(deployment.database_url)
 
 
 def _answers(http: httpx2.Client, server: LockgateServer) -> bool:
