@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event
 from sqlmodel import select
 
 from machine.db.connect import open_engine
 from machine.db.migrate import current_revision, head_revision, upgrade
-from machine.db.schema import Execution, TransitionLog, live_executions, metadata
+from machine.db.schema import Execution, TransitionLog, metadata
 from machine.db.store import SqlStore
 from machine.errors import Conflict, IllegalTransition
 from machine.records import Change
-from machine.runtime import DatabaseNotMigrated, prepare_database
+from machine.runtime import DatabaseNotMigrated, Runtime, prepare_database
 from machine.settings import Settings
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -103,14 +105,56 @@ def test_sqlite_runs_in_wal_mode_with_full_sync_and_a_busy_timeout(tmp_path: obj
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
 
 
-def test_recovery_reads_live_executions_through_the_live_index(tmp_path: object) -> None:
-    engine = open_engine(f"sqlite:///{tmp_path}/x.db")
-    upgrade(engine)
-    query = select(Execution).where(live_executions(), Execution.status == "running")
-    compiled = query.compile(engine, compile_kwargs={"literal_binds": True})
-    with engine.connect() as conn:
-        plan = " ".join(str(r) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
-    assert "ix_executions_live" in plan
+@pytest.mark.xfail(
+    strict=True,
+    reason="live_executions() sends the live statuses as bound parameters, and SQLite uses a "
+    "partial index only when the query's own text implies its WHERE: the real query scans "
+    "the table (the old test compiled its own query with literal binds). Fix in "
+    "machine/db/schema.py: bindparam(..., expanding=True, literal_execute=True).",
+)
+def test_recovery_reads_live_executions_through_the_live_index(tmp_path: Path) -> None:
+    """The query recovery really sends (captured from the driver while `Recovery.orphaned`
+    runs, not rebuilt here) is planned on the live index, and finds only the orphans."""
+    runtime = Runtime.create(
+        Settings(database_url=f"sqlite:///{tmp_path}/x.db", notes_dir=tmp_path / "notes")
+    )
+    try:
+        store = runtime.engine.store
+        for execution_id in ("orphan", "mine", "done", "queued"):
+            new_execution(store, execution_id)
+        start = "start", "pending", "running", 0
+
+        def claim(execution_id: str, owner: str) -> None:
+            store.commit([Change("execution", execution_id, *start, {"owner": owner})])
+
+        claim("orphan", "an-instance-with-no-lease")
+        claim("mine", runtime.lease.id)
+        claim("done", "an-instance-with-no-lease")
+        store.commit([Change("execution", "done", "complete", "running", "completed", 1, {})])
+
+        sent: list[tuple[str, Any]] = []
+
+        def capture(
+            conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+        ) -> None:
+            sent.append((statement, parameters))
+
+        event.listen(store.engine, "before_cursor_execute", capture)
+        try:
+            orphans = runtime.recovery.orphaned()
+        finally:
+            event.remove(store.engine, "before_cursor_execute", capture)
+        assert [row.id for row in orphans] == ["orphan"]
+        [(statement, parameters)] = [
+            (statement, parameters) for statement, parameters in sent if "executions" in statement
+        ]
+        with store.engine.connect() as conn:
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+        details = " ".join(str(step) for step in plan)
+        assert "ix_executions_live" in details, (statement, details)
+    finally:
+        runtime.sandbox.close()
+        runtime.engine.store.engine.dispose()
 
 
 def test_postgres_is_never_migrated_behind_the_operators_back(
