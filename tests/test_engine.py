@@ -451,7 +451,7 @@ def test_crash_mid_dispatch_of_an_idempotent_call_is_retried(
     point = CrashPoint.parse(f"tool_call:dispatch:approved->dispatched:{phase}")
     first = make_runtime(faults=Faults([point]))
     with pytest.raises(InjectedCrash):
-        first.engine.execute("alice", "len(tools.notes.list())")
+        first.engine.execute("alice", "print('before the call')\nlen(tools.notes.list())")
     rt = restart(make_runtime)
     assert rt.boot_report is not None and len(rt.boot_report.requeued) == 1
     [execution_id] = rt.boot_report.requeued
@@ -459,6 +459,17 @@ def test_crash_mid_dispatch_of_an_idempotent_call_is_retried(
     assert view.status is ExecutionStatus.COMPLETED and view.result == 0
     reads = [e for e in notes_of(rt).effects() if e["tool"] == "notes.list"]
     assert len(reads) == dispatches  # at-least-once for idempotent tools, as stated
+    # The same call carried on (its intent re-dispatched, under its own key), from the
+    # checkpoint taken when it was requested: the code before it did not run again.
+    assert {e["idempotency_key"] for e in reads} == {f"{execution_id}:1"}
+    [call] = calls_of(rt, execution_id)
+    assert (call.id, call.status, call.attempts) == (f"{execution_id}:1", "succeeded", 2)
+    assert events_of(rt, call.id) == ["auto_approve", "dispatch", "redispatch", "succeed"]
+    assert events_of(rt, execution_id) == [
+        *["start", "checkpoint"],
+        *["requeue", "start", "complete"],
+    ]
+    assert view.logs == "before the call\n"
 
 
 def test_conservative_recovery_interrupts_even_idempotent_calls(
@@ -475,16 +486,44 @@ def test_conservative_recovery_interrupts_even_idempotent_calls(
     assert notes_of(rt).effects() == []
 
 
+#: Two calls, with a line printed before each: a print that runs again shows in the logs.
+TWO_CALLS = (
+    "print('before the first call')\n"
+    "a = tools.notes.list()\n"
+    "print('between the calls')\n"
+    "b = tools.notes.list()\n"
+    "[a, b]"
+)
+
+
+def events_of(runtime: Runtime, record_id: str) -> list[str]:
+    with runtime.engine.store.session() as s:
+        rows = s.exec(select(TransitionLog).where(TransitionLog.record_id == record_id))
+        return [row.event for row in sorted(rows, key=lambda row: row.id or 0)]
+
+
 def test_crash_between_calls_goes_on_from_the_checkpoint(make_runtime: MakeRuntime) -> None:
+    """Not a replay from scratch (which would give the same result and the same effects,
+    answering call 1 from the journal): the code before the checkpoint does not run again,
+    call 1 is not dispatched again, and the requeued execution starts at call 1."""
     point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
     first = make_runtime(faults=Faults([point]))
     with pytest.raises(InjectedCrash):
-        first.engine.execute("alice", "a = tools.notes.list()\nb = tools.notes.list()\n[a, b]")
+        first.engine.execute("alice", TWO_CALLS)
     rt = restart(make_runtime)
     assert rt.boot_report is not None
     [execution_id] = rt.boot_report.requeued
-    assert rt.engine.view(execution_id).result == [[], []]
-    assert len(notes_of(rt).effects()) == 2  # call 1 was not done again
+    view = rt.engine.view(execution_id)
+    assert view.status is ExecutionStatus.COMPLETED and view.result == [[], []]
+    # The line printed before the checkpoint was kept with it, and never printed again.
+    assert view.logs == "before the first call\nbetween the calls\n"
+    keys = [e["idempotency_key"] for e in notes_of(rt).effects()]
+    assert keys == [f"{execution_id}:1", f"{execution_id}:2"]  # call 1 was not done again
+    assert events_of(rt, f"{execution_id}:1") == ["auto_approve", "dispatch", "succeed"]
+    assert events_of(rt, execution_id) == [
+        *["start", "checkpoint"],  # the crashed run, up to call 1
+        *["requeue", "start", "checkpoint", "complete"],  # recovery, on from call 1
+    ]
 
 
 def test_without_checkpoints_the_journal_is_replayed(make_runtime: MakeRuntime) -> None:

@@ -43,7 +43,9 @@ PROCESS_TIMEOUT = 60.0
 
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
 LIST_ONCE = 'keys = tools.notes.list()\n{"keys": keys, "done": True}'
-LIST_TWICE = "a = tools.notes.list()\nb = tools.notes.list()\n[a, b]"
+LIST_TWICE = (
+    "print('first')\na = tools.notes.list()\nprint('second')\nb = tools.notes.list()\n[a, b]"
+)
 
 DISPATCH = "tool_call:dispatch:approved->dispatched"
 SUCCEED = "tool_call:succeed:dispatched->succeeded"
@@ -392,20 +394,33 @@ def test_crash_mid_dispatch_of_an_idempotent_call_is_retried(
 
 
 def test_crash_between_calls_goes_on_without_redoing_the_first(procs: Procs, db: Db) -> None:
-    procs.crash("execute", LIST_TWICE, crash_at=f"{SUCCEED}:after_commit")
+    """Recovery goes on from the checkpoint at call 1, not from the top (a replay that
+    answers call 1 from the journal would give the same result and the same effects): the
+    line printed before the checkpoint is in the logs once, and only the recovering process
+    ran anything after the crash."""
+    crashed = procs.crash("execute", LIST_TWICE, crash_at=f"{SUCCEED}:after_commit")
     execution_id = db.only_execution().id
     assert [c.status for c in db.calls(execution_id)] == ["succeeded"]
+    at_crash = db.execution(execution_id)
+    assert (at_crash.status, at_crash.snapshot_call, at_crash.logs) == ("running", 1, "first\n")
 
-    report = procs.run("recover")
+    recovering = procs.start("recover")
+    [report] = procs.finish([recovering])
     assert report["requeued"] == [execution_id]
 
     row = db.execution(execution_id)
     assert row.status == "completed", row
     assert row.outcome == {"result": [[], []]}
+    assert row.logs == "first\nsecond\n"
     assert [c.status for c in db.calls(execution_id)] == ["succeeded", "succeeded"]
     lists = effects_of(procs, "notes.list")
     assert [e["idempotency_key"] for e in lists] == [f"{execution_id}:1", f"{execution_id}:2"]
+    assert [e["pid"] for e in lists] == [crashed.pid, recovering.pid]
     assert db.events(f"{execution_id}:1") == ["auto_approve", "dispatch", "succeed"]
+    assert db.events(execution_id) == [
+        *["start", "checkpoint"],  # the killed process, up to call 1
+        *["requeue", "start", "checkpoint", "complete"],  # the recovering one, from call 1
+    ]
 
 
 # -- e: conservative recovery retries nothing -------------------------------------------------
