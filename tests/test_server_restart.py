@@ -8,9 +8,14 @@ in one run (one paused execution per era) instead of paying for the processes tw
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 import pytest
+from sqlmodel import Session, col, select
 
+from machine.db.connect import open_engine
+from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
+from tests.polling import wait_for
 from tests.server_fixtures import (
     MODES,
     Deployment,
@@ -73,17 +78,61 @@ def assert_written_once_by(
         assert write["pid"] == server.pid
 
 
+def rows(database_url: str, query: Any) -> list[Any]:
+    """The test's own read of the database the servers share."""
+    engine = open_engine(database_url)
+    try:
+        with Session(engine) as s:
+            return list(s.exec(query))
+    finally:
+        engine.dispose()
+
+
+def instance_status(database_url: str, instance_id: str | None) -> str:
+    [row] = rows(database_url, select(Instance).where(Instance.id == instance_id))
+    return str(row.status)
+
+
+def events(database_url: str, record_id: str) -> list[str]:
+    query = select(TransitionLog).where(TransitionLog.record_id == record_id)
+    return [t.event for t in rows(database_url, query.order_by(col(TransitionLog.id)))]
+
+
+def assert_stored_pauses(deployment: Deployment, paused: dict[str, tuple[str, str]]) -> None:
+    """What the killed server left in the database: each pause, with its snapshot and the
+    call it waits on, and nothing dispatched."""
+    for execution_id, _ in paused.values():
+        [row] = rows(deployment.database_url, select(Execution).where(Execution.id == execution_id))
+        assert (row.status, row.snapshot_call) == ("waiting_for_interaction", 1), row
+        assert row.snapshot, "the pause was stored without its snapshot"
+        query = select(ToolCall).where(ToolCall.execution_id == execution_id)
+        calls = rows(deployment.database_url, query)
+        assert [(c.seq, c.tool, c.status) for c in calls] == [
+            (1, "notes.write", "awaiting_approval")
+        ]
+
+
 def test_a_pause_survives_sigkill_and_a_new_process(deployment: Deployment) -> None:
     key = create_key_directly(deployment.database_url, "alice")
     first = deployment.start(name="first")
     paused = pause_in_each_mode(first, key)
     assert first.kill() == -signal.SIGKILL
+    # It died, it did not stop: its instance row still says live (a stop records `stopped`).
+    assert instance_status(deployment.database_url, first.instance_id) == "live"
+    assert_stored_pauses(deployment, paused)
     assert all(writes_of(deployment, note) == [] for _, note in paused.values())
 
     # The same instance name: the new incarnation recovers the killed one's work at once.
     second = deployment.start(name="second")
+    assert second.instance_id != first.instance_id
+    assert instance_status(deployment.database_url, first.instance_id) == "dead"
+    assert first.instance_id is not None
+    assert "declare_dead" in events(deployment.database_url, first.instance_id)
     accept_in_each_mode(second, key, paused)
     assert_written_once_by(deployment, paused, second)
+    for execution_id, _ in paused.values():
+        trail = ["request_approval", "approve", "dispatch", "succeed"]
+        assert events(deployment.database_url, f"{execution_id}:1") == trail
 
     # A repeated decision (a client retrying) answers the same outcome and runs nothing again.
     async def again() -> None:
@@ -115,5 +164,12 @@ def test_another_instance_resumes_what_a_killed_one_paused(
 
     paused = pause_in_each_mode(a, key)
     assert a.kill() == -signal.SIGKILL
+    assert_stored_pauses(deployment, paused)
     accept_in_each_mode(b, key, paused)
     assert_written_once_by(deployment, paused, b)
+    # b, the live instance, declares a dead once its lease lapses (1 s here).
+    wait_for(
+        lambda: instance_status(deployment.database_url, a.instance_id) == "dead",
+        "the live instance to declare the killed one dead",
+    )
+    assert instance_status(deployment.database_url, b.instance_id) == "live"
