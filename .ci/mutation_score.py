@@ -1,0 +1,215 @@
+"""Mutation testing: run mutmut over a set of modules, score each module, enforce the goal.
+
+    .ci/mutation_score.py gate     the write path and recovery (what .ci/run runs)
+    .ci/mutation_score.py full     machine/ and the server's ledger and session modules
+    .ci/mutation_score.py --report-only gate|full    score the last run again
+
+Each run gets its own directory, mutants/<run>/, holding a copy of pyproject.toml whose
+`[tool.mutmut] only_mutate` names just that run's modules (links to the sources, the tests
+and everything else mutmut needs); mutmut then builds mutants/<run>/mutants/ there. Only the
+modules of the run carry mutmut's trampolines, so the tests run at nearly their usual speed.
+The rest of the configuration (process isolation, the test selection) is the project's.
+
+A module's score is killed / (total - listed equivalents): a mutant counts as killed when a
+test failed (or timed out) on it; survivors, mutants no test covers and suspicious results
+count against it. `.ci/equivalent_mutants.txt` lists the mutants verified by reading to
+behave exactly as the original, one a line with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "mutants"
+EQUIVALENTS = ROOT / ".ci" / "equivalent_mutants.txt"
+GOAL = 90.0
+#: Copied (as links) into each run's directory: what the tests import and read.
+LINKED = ("machine", "server", "spec", "simulation", "tests")
+
+#: Held to the goal wherever they are mutated.
+GOAL_MODULES = (
+    "machine/write_path.py",
+    "machine/recovery.py",
+    "machine/instances.py",
+    "machine/sessions.py",
+    "server/durable_sessions.py",
+    "server/session_gate.py",
+)
+GATE = ("machine/write_path.py", "machine/recovery.py")
+CORE = ("machine/instances.py", "machine/sessions.py")
+SERVER = ("server/session_gate.py", "server/durable_sessions.py")
+#: Mutated in the full run but not held to the goal.
+OTHER = ("machine/*",)
+
+#: One mutmut invocation each: (directory name, modules to mutate, modules excluded).
+RUNS: dict[str, list[tuple[str, tuple[str, ...], tuple[str, ...]]]] = {
+    "gate": [("gate", GATE, ())],
+    "full": [
+        ("gate", GATE, ()),
+        ("core", CORE, ()),
+        ("server", SERVER, ()),
+        ("machine", OTHER, GATE + CORE),
+    ],
+}
+
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+STATUS_BY_EXIT_CODE: dict[int | None, str] = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    2: "interrupted",
+    None: "not checked",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    37: "caught by type check",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+}
+
+
+@dataclass
+class Score:
+    module: str
+    killed: int = 0
+    equivalent: int = 0
+    counted: int = 0
+    not_killed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.killed / self.counted if self.counted else 100.0
+
+
+def equivalents() -> dict[str, str]:
+    """Mutant name -> why it is equivalent, from the checked-in list."""
+    found: dict[str, str] = {}
+    if not EQUIVALENTS.exists():
+        return found
+    for line in EQUIVALENTS.read_text("utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, reason = line.partition(" ")
+        if not reason.strip():
+            sys.exit(f"{EQUIVALENTS}: {name} has no reason")
+        found[name] = reason.strip()
+    return found
+
+
+def prepare(directory: Path, only: tuple[str, ...], excluded: tuple[str, ...]) -> None:
+    """A fresh run directory: links to the project, a pyproject.toml scoped to `only`."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for name in LINKED:
+        (directory / name).symlink_to(ROOT / name, target_is_directory=True)
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    scoped, count = re.subn(
+        r"^only_mutate = .*$", f"only_mutate = {json.dumps(list(only))}", text, flags=re.M
+    )
+    if count != 1:
+        sys.exit("pyproject.toml: [tool.mutmut] needs exactly one `only_mutate = [...]` line")
+    if excluded:
+        scoped = scoped.replace(
+            "[tool.mutmut]\n", f"[tool.mutmut]\ndo_not_mutate = {json.dumps(list(excluded))}\n", 1
+        )
+    (directory / "pyproject.toml").write_text(scoped, "utf-8")
+
+
+def run_mutmut(directory: Path) -> None:
+    mutmut = Path(sys.executable).with_name("mutmut")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)]
+    print(f"$ (cd {directory.relative_to(ROOT)} && {' '.join(command[1:])})", flush=True)
+    # mutmut draws a spinner on the terminal; CI logs only need its last lines.
+    done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
+    tail = (done.stdout + done.stderr).replace("\r", "\n").splitlines()
+    print("\n".join(line for line in tail[-8:] if line.strip()), flush=True)
+    if done.returncode != 0:
+        sys.exit(f"mutmut failed in {directory} (exit {done.returncode})")
+
+
+def module_of(meta: Path, mutants_dir: Path) -> str:
+    return str(meta.relative_to(mutants_dir)).removesuffix(".meta")
+
+
+def scores(directories: list[Path]) -> dict[str, Score]:
+    known = equivalents()
+    found: dict[str, Score] = {}
+    for directory in directories:
+        mutants_dir = directory / "mutants"
+        for meta in sorted(mutants_dir.rglob("*.py.meta")):
+            module = module_of(meta, mutants_dir)
+            data = json.loads(meta.read_text("utf-8"))
+            codes: dict[str, int | None] = data["exit_code_by_key"]
+            if not codes:
+                continue
+            score = found.setdefault(module, Score(module))
+            for name, code in sorted(codes.items()):
+                status = STATUS_BY_EXIT_CODE.get(code, "suspicious")
+                if status in KILLED:
+                    score.killed += 1
+                    score.counted += 1
+                elif name in known:
+                    score.equivalent += 1
+                else:
+                    score.counted += 1
+                    score.not_killed.append((name, status))
+    return found
+
+
+def report(found: dict[str, Score], held: tuple[str, ...]) -> bool:
+    """Print the table and every mutant not killed; False when a held module is under goal."""
+    ok = True
+    print(f"\n{'module':34} {'killed':>7} {'total':>6} {'equiv':>6} {'score':>7}")
+    for module in sorted(found):
+        s = found[module]
+        below = module in held and s.percent < GOAL
+        ok = ok and not below
+        mark = "  < goal" if below else ""
+        line = f"{module:34} {s.killed:7} {s.counted:6} {s.equivalent:6} {s.percent:6.1f}%{mark}"
+        print(line)
+    for module in sorted(found):
+        for name, status in found[module].not_killed:
+            print(f"  {status:12} {name}")
+    missing = [m for m in held if m not in found]
+    for module in missing:
+        print(f"{module}: no mutants were scored")
+    return ok and not missing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", choices=sorted(RUNS))
+    parser.add_argument("--report-only", action="store_true", help="score the last run again")
+    args = parser.parse_args()
+    plan = RUNS[args.run]
+    directories = [WORK / name for name, _, _ in plan]
+    if not args.report_only:
+        for (_, only, excluded), directory in zip(plan, directories, strict=True):
+            prepare(directory, only, excluded)
+            run_mutmut(directory)
+    held = tuple(m for m in GOAL_MODULES if any(m in only for _, only, _ in plan))
+    if not report(scores(directories), held):
+        sys.exit(f"mutation score under the goal of {GOAL:g}% killed")
+    print(f"\nevery module held to the goal has at least {GOAL:g}% killed")
+
+
+if __name__ == "__main__":
+    main()
