@@ -103,6 +103,8 @@ class Faults:
         #: Every point passed, in order (the simulator reads what came after a crash).
         self.trail: list[CrashPoint] = []
         self.fired: list[CrashPoint] = []
+        #: Where in `trail` each crash fired (the same point may be passed again later).
+        self.fired_at: list[int] = []
         self._gates: dict[CrashPoint, Gate] = {}
         self._lock = threading.Lock()
 
@@ -135,6 +137,7 @@ class Faults:
             elif not (self.probability and self.random.random() < self.probability):
                 return
             self.fired.append(point)
+            self.fired_at.append(len(self.trail) - 1)
             self.armed.discard(point)  # a point kills once: what comes after is the recovery
         if self.mode is CrashMode.KILL:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -31,6 +31,11 @@ log = logging.getLogger("lockgate.sessions")
 
 #: JSON-RPC code of "the server lost this request" (implementation-defined range).
 REQUEST_LOST = -32010
+#: Reports written in one response at most; the rest go on the client's next GET. It bounds
+#: the acknowledgement a report's event id carries (each id names every report before it).
+MAX_REPORTS_PER_RESPONSE = 8
+#: Marks an event id token as a report acknowledgement: `<stream>:r<owed id>.<owed id>...`.
+REPORT_TOKEN = "r"
 _LIVE_SESSION = (SessionStatus.ACTIVE.value, SessionStatus.IDLE.value)
 _STALE = (Conflict, GuardRefused, IllegalTransition)
 
@@ -38,6 +43,36 @@ _STALE = (Conflict, GuardRefused, IllegalTransition)
 def _record(row: Session | OwedRequest) -> Record:
     machine = "session" if isinstance(row, Session) else "owed_request"
     return Record(machine, row.id, row.status, row.version, row.model_dump())
+
+
+def report_event_ids(stream: str, reports: list[Record]) -> list[str]:
+    """The SSE event id of each report written in one response, in order. Each id names
+    every report of the response up to and including its own, so the `Last-Event-ID` a
+    client sends when it reconnects acknowledges exactly the reports it received."""
+    ids: list[str] = []
+    names: list[str] = []
+    for record in reports:
+        names.append(record.id)
+        ids.append(f"{stream}:{REPORT_TOKEN}{'.'.join(names)}")
+    return ids
+
+
+def acknowledged_reports(event_id: str | None) -> tuple[str, list[str]] | None:
+    """(stream, owed ids) when `event_id` is a report's event id (see `report_event_ids`),
+    else None."""
+    if not event_id:
+        return None
+    stream, _, token = event_id.rpartition(":")
+    if not stream or not token.startswith(REPORT_TOKEN):
+        return None
+    names = token[len(REPORT_TOKEN) :].split(".")
+    if (
+        not names
+        or len(names) > MAX_REPORTS_PER_RESPONSE
+        or not all(len(n) == 32 and all(ch in "0123456789abcdef" for ch in n) for n in names)
+    ):
+        return None
+    return stream, names
 
 
 def request_key(session_id: str, request_id: JsonValue) -> str:
@@ -69,6 +104,10 @@ class Sessions:
     def get(self, session_id: str) -> Session | None:
         with self.store.session() as s:
             return s.get(Session, session_id)
+
+    def get_owed(self, owed_id: str) -> OwedRequest | None:
+        with self.store.session() as s:
+            return s.get(OwedRequest, owed_id)
 
     def open(
         self,
@@ -227,6 +266,20 @@ class Sessions:
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(lost, "report"), effect=lambda: True)
 
+    def acknowledge(self, session_id: str, owed_ids: list[str]) -> int:
+        """The client says it received these reports (the event id it resumes from names
+        them), so they are settled without being written again: a report is received once
+        even when the server died between writing it and recording that it did. Ids that are
+        not a lost request of this session are ignored (a guess tells nothing)."""
+        wanted = set(owed_ids)
+        settled = 0
+        for row in self._rows(session_id, OwedRequestStatus.LOST):
+            if row.id in wanted:
+                with contextlib.suppress(*_STALE):
+                    self.write.apply(Step(_record(row), "report"), effect=lambda: True)
+                    settled += 1
+        return settled
+
     def _abandon_steps(self, session_id: str) -> list[Step]:
         """Reports nobody can collect once the session ends: settled in the same transaction
         that ends it, so a crash cannot leave them waiting for a GET that will never come."""
@@ -256,6 +309,7 @@ class Sessions:
         rows = self._rows(session_id, OwedRequestStatus.LOST)
         if stream is not None:
             rows = [row for row in rows if str(row.request_id) == stream]
+        rows = sorted(rows, key=lambda r: (r.created_at, r.id))[:MAX_REPORTS_PER_RESPONSE]
         if rows:
             # Tell the fate recovery gives the execution, not the one it had when its owner
             # died: take over what dead instances left before describing it.
@@ -321,7 +375,29 @@ class Sessions:
                     released += 1
                 except _STALE:
                     continue
-        return released + self._lose_orphans()
+        return released + self._lose_orphans() + self._abandon_ended()
+
+    def _abandon_ended(self) -> int:
+        """Lost reports of sessions that ended: nobody can collect them any more. A session
+        ending abandons its reports in its own transaction, but an id can still be lost
+        afterwards (its incarnation died after the session expired), so recovery looks too."""
+        with self.store.session() as s:
+            rows = list(
+                s.exec(
+                    select(OwedRequest)
+                    .join(Session, col(Session.id) == col(OwedRequest.session_id))
+                    .where(
+                        OwedRequest.status == OwedRequestStatus.LOST,
+                        col(Session.status).not_in(_LIVE_SESSION),
+                    )
+                )
+            )
+        abandoned = 0
+        for row in rows:
+            with contextlib.suppress(*_STALE):
+                self.write.apply(Step(_record(row), "abandon_on_crash", {"session_ended": True}))
+                abandoned += 1
+        return abandoned
 
     # -- what became of the request --------------------------------------------------------------
 

@@ -73,6 +73,12 @@ def header(scope: Scope, wanted: bytes) -> str | None:
     return None
 
 
+def without_header(scope: Scope, unwanted: bytes) -> Scope:
+    """A copy of `scope` without the header `unwanted` (the ASGI scope is the request's)."""
+    headers = [(n, v) for n, v in scope.get("headers", []) if n != unwanted]
+    return {**scope, "headers": headers}
+
+
 class RequestRate:
     """Requests per minute each principal may send to this instance (a sliding window)."""
 

@@ -23,12 +23,22 @@ from typing import Any
 
 import anyio
 from anyio import to_thread
+from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
 from machine.records import Record
-from machine.sessions import Sessions
-from server.auth import OVER_LIMIT, Message, Receive, Scope, Send, header, json_rpc_error
+from machine.sessions import Sessions, acknowledged_reports, report_event_ids
+from server.auth import (
+    OVER_LIMIT,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    json_rpc_error,
+    without_header,
+)
 
 log = logging.getLogger("lockgate.ledger")
 
@@ -43,8 +53,9 @@ SESSION_NOT_FOUND = (
 PARSE_ERROR = -32700
 
 
-def sse_event(message: dict[str, JsonValue]) -> bytes:
-    return f"event: message\r\ndata: {json.dumps(message)}\r\n\r\n".encode()
+def sse_event(message: dict[str, JsonValue], event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\r\n" if event_id is not None else ""
+    return f"{head}event: message\r\ndata: {json.dumps(message)}\r\n\r\n".encode()
 
 
 def _messages_in(chunk: bytes, buffer: bytearray) -> list[Any]:
@@ -189,10 +200,7 @@ class OwedResponse:
         await to_thread.run_sync(self.sessions.reported, self.owed)
 
     def _lost_error(self) -> dict[str, JsonValue]:
-        from machine.db.schema import OwedRequest
-
-        with self.sessions.store.session() as s:
-            row = s.get(OwedRequest, self.owed.id)
+        row = self.sessions.get_owed(self.owed.id)
         assert row is not None
         return self.sessions.lost_error(row)
 
@@ -254,6 +262,16 @@ class SessionGate:
             # is its request id) gets that request's report only: the client reads whatever
             # arrives there as that request's answer. The listening GET gets all of them.
             resumed = header(scope, b"last-event-id")
+            acknowledged = acknowledged_reports(resumed)
+            if acknowledged is not None:
+                # The client resumes from a report we wrote: it has every report named in
+                # that event id, so they are settled now and never written to it again.
+                await to_thread.run_sync(self.sessions.acknowledge, session_id, acknowledged[1])
+                if acknowledged[0] == GET_STREAM_KEY:
+                    # Its listening GET: the SDK never minted this id, so it must not try to
+                    # replay from it; the GET goes on as a fresh listening stream.
+                    resumed = None
+                    scope = without_header(scope, b"last-event-id")
             stream = resumed.rpartition(":")[0] or None if resumed else None
             if await self._report_lost(session_id, send, stream):
                 return
@@ -308,15 +326,19 @@ class SessionGate:
                 reports = await to_thread.run_sync(self.sessions.lost_reports, session_id, stream)
                 if not reports:
                     return False
-                await self._write_reports(reports, send)
+                await self._write_reports(reports, send, stream)
                 return True
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._report_locks.pop(session_id, None)
 
     async def _write_reports(
-        self, reports: list[tuple[Record, dict[str, JsonValue]]], send: Send
+        self, reports: list[tuple[Record, dict[str, JsonValue]]], send: Send, stream: str | None
     ) -> None:
+        """Each report is an event whose id names it and those before it, so the
+        `Last-Event-ID` of the client's next GET acknowledges what it received (a crash
+        between writing a report and recording it never writes it twice)."""
+        ids = report_event_ids(stream or GET_STREAM_KEY, [record for record, _ in reports])
         await send(
             {
                 "type": "http.response.start",
@@ -327,8 +349,9 @@ class SessionGate:
                 ],
             }
         )
-        for record, error in reports:
-            await send({"type": "http.response.body", "body": sse_event(error), "more_body": True})
+        for (record, error), event_id in zip(reports, ids, strict=True):
+            body = sse_event(error, event_id)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
             await to_thread.run_sync(self.sessions.reported, record)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

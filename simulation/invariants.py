@@ -18,6 +18,7 @@ from sqlmodel import Session, col, select
 from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog, metadata
 from machine.db.schema import Session as SessionRow
 from machine.store import declared_edges
+from simulation.inbox import Inbox
 from spec import (
     MACHINES,
     ExecutionStatus,
@@ -42,10 +43,12 @@ INVARIANTS = (
     "no execution fails with an internal error",
     "a call is made again only where the spec allows it",
     "no call is made that the same run without a crash does not make",
+    "each lost request's -32010 reaches the client, once; no answered request is reported",
 )
 
-#: The calls each execution made, by its code: `[(tool, arguments), ...]` in call order.
-CallLists = dict[str, list[list[tuple[str, str]]]]
+#: The calls each execution made, by its code: `[(tool, arguments), ...]` in call order, and
+#: whether the code ran to its own end.
+CallLists = dict[str, list[tuple[list[tuple[str, str]], bool]]]
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,13 @@ def check_all(
     lease: LeasePolicy | None = None,
     reports_may_wait: bool = False,
     baseline: CallLists | None = None,
+    inbox: Inbox | None = None,
 ) -> list[Violation]:
     """Every invariant, over every row of the database (not only what a client knew of).
     `quiescent`: no work is in flight any more (the simulator ran everything to the end),
     so a running execution is stranded even under a live owner. `baseline`: the calls the
-    same scenario made without a crash (`calls_made`), for checkpoint fidelity."""
+    same scenario made without a crash (`calls_made`), for checkpoint fidelity. `inbox`:
+    what the scenario's client received on its sessions."""
     found: list[Violation] = []
     with Session(engine) as s:
         executions = list(s.exec(select(Execution)))
@@ -106,6 +111,8 @@ def check_all(
         r.id for r in sessions if r.status in (SessionStatus.ACTIVE, SessionStatus.IDLE)
     }
     found += _owed_settled(owed, log, quiescent, live_sessions if reports_may_wait else set())
+    if inbox is not None:
+        found += client_received(owed, inbox)
     if now is not None and lease is not None:
         found += _leases(sessions, now, lease)
     return found
@@ -188,6 +195,10 @@ def calls_made(engine: Engine) -> CallLists:
     return _call_lists(executions, calls)[0]
 
 
+#: Statuses in which an execution's code ran to its own end: its calls are all it makes.
+_RAN_TO_END = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED)
+
+
 def _call_lists(
     executions: list[Execution], calls: list[ToolCall]
 ) -> tuple[CallLists, dict[str, list[ToolCall]]]:
@@ -197,16 +208,24 @@ def _call_lists(
     lists: CallLists = {}
     for e in executions:
         made = [(c.tool, repr(c.arguments)) for c in by_execution.get(e.id, [])]
-        lists.setdefault(e.code, []).append(made)
+        lists.setdefault(e.code, []).append((made, e.status in _RAN_TO_END))
     return lists, by_execution
+
+
+def _agrees(made: list[tuple[str, str]], run: list[tuple[str, str]], ran_to_end: bool) -> bool:
+    """A crash may end an execution early (its calls a prefix of the crash-free run's); a
+    crash-free run cut short (interrupted, paused, cancelled) says nothing past its end."""
+    if made == run[: len(made)]:
+        return True
+    return not ran_to_end and run == made[: len(run)]
 
 
 def _no_extra_calls(
     executions: list[Execution], calls: list[ToolCall], baseline: CallLists
 ) -> list[Violation]:
-    """Each execution's calls must be (a prefix of: a crash may end it early) the calls an
-    execution of the same code made in the run without a crash. A call beyond that is one
-    that only the crash caused: named, with its execution."""
+    """Each execution's calls must agree with those an execution of the same code made in
+    the run without a crash. A call beyond that is one that only the crash caused: named,
+    with its execution."""
     _, by_execution = _call_lists(executions, calls)
     out = []
     for e in executions:
@@ -215,10 +234,10 @@ def _no_extra_calls(
             continue  # code the crash-free run never started (a client's retry differs)
         made = by_execution.get(e.id, [])
         pairs = [(c.tool, repr(c.arguments)) for c in made]
-        if any(pairs == run[: len(pairs)] for run in expected):
+        if any(_agrees(pairs, run, ended) for run, ended in expected):
             continue
-        longest = max((sum(1 for _ in _common(pairs, run)) for run in expected), default=0)
-        extra = made[longest]
+        longest = max((sum(1 for _ in _common(pairs, run)) for run, _ in expected), default=0)
+        extra = made[min(longest, len(made) - 1)]
         out.append(
             Violation(
                 INVARIANTS[12],
@@ -235,6 +254,29 @@ def _common(a: list[tuple[str, str]], b: list[tuple[str, str]]) -> Iterable[None
         if x != y:
             return
         yield None
+
+
+def client_received(owed: list[OwedRequest], inbox: Inbox) -> list[Violation]:
+    """The ledger's rows against what the client received (see `simulation.inbox`)."""
+    out = []
+    for row in owed:
+        request_id = str(row.request_id)
+        if request_id not in inbox.resolved:
+            continue  # a request some other client sent
+        said = f"request {request_id!r} ({row.status})"
+        if row.status == OwedRequestStatus.REPORTED and inbox.reports[request_id] == 0:
+            out.append(Violation(INVARIANTS[13], f"{said} was settled unseen", (row.id,)))
+        if row.status == OwedRequestStatus.ANSWERED and inbox.reports[request_id]:
+            out.append(Violation(INVARIANTS[13], f"{said} was answered and reported", (row.id,)))
+        if row.status in (OwedRequestStatus.REPORTED, OwedRequestStatus.ANSWERED) and (
+            inbox.resolved[request_id] is None
+        ):
+            out.append(Violation(INVARIANTS[13], f"{said} never reached the client", (row.id,)))
+    out += [
+        Violation(INVARIANTS[13], f"report {owed_id} was written again after it was acknowledged")
+        for owed_id in inbox.rewritten
+    ]
+    return out
 
 
 def _leases(sessions: list[SessionRow], now: datetime, lease: LeasePolicy) -> list[Violation]:

@@ -28,6 +28,7 @@ from machine.views import ExecutionView
 from simulation.canary import LEAKING_CODE
 from simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
 from simulation.concurrency import one_decision_twice, stalled_at, two_recoverers
+from simulation.inbox import Inbox, collect
 from simulation.world import Client, ScenarioFailed, expect
 
 __all__ = ["CATALOG", "Scenario", "ScenarioFailed", "by_name", "expect"]
@@ -275,11 +276,16 @@ def _session(client: Client) -> str:
     return session_id
 
 
-def _collect_reports(client: Client, session_id: str) -> None:
-    """The client's GET on its session after a restart: lost ids are reported to it."""
-    sessions = client.runtime.sessions
-    for record, _error in sessions.lost_reports(session_id):
-        sessions.reported(record)
+def inbox_of(client: Client) -> Inbox:
+    """What the client received on its sessions (its memory: it outlives every crash)."""
+    inbox: Inbox = client.remember("inbox", Inbox)
+    return inbox
+
+
+def _collect_reports(client: Client, session_id: str, stream: str | None = None) -> None:
+    """The client's collecting GET on its session after a restart: lost ids are reported
+    to it, once (it acknowledges what it read when it opens the GET again)."""
+    collect(inbox_of(client), client.runtime.sessions, session_id, stream)
 
 
 def _request(client: Client, session_id: str, key: str, code: str) -> None:
@@ -291,11 +297,13 @@ def _request(client: Client, session_id: str, key: str, code: str) -> None:
     attempt = client.memory.get(key + ".attempt", 0) + 1
     client.memory[key + ".attempt"] = attempt
     request_id = f"{key}-{attempt}"
+    inbox_of(client).sent(request_id)
     sessions.begin_request(session_id)
     owed = sessions.owe(session_id, request_id, "tools/call", None)
     client.runtime.engine.execute(
         client.principal, code, session_id, request_key(session_id, request_id)
     )
+    inbox_of(client).answer(request_id)  # the response is written: the client has it
     sessions.answered(owed)
     sessions.end_request(session_id)
     client.memory[key] = True
@@ -333,10 +341,15 @@ def stream_lost(client: Client) -> None:
     """A stream ends without the answer: the id is lost, and reported on the same stream."""
     session_id = _session(client)
     sessions = client.runtime.sessions
+    inbox = inbox_of(client)
     if not client.memory.get("lost"):
+        inbox.sent("s-1")
         sessions.begin_request(session_id)
         owed = sessions.owe(session_id, "s-1", "tools/call", None)
         sessions.lose(owed)
+        row = sessions.get_owed(owed.id)
+        assert row is not None
+        inbox.lost(owed.id, sessions.lost_error(row))  # written on the request's own stream
         sessions.reported(owed)
         sessions.end_request(session_id)
         client.memory["lost"] = True

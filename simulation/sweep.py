@@ -138,6 +138,7 @@ def run_plan(
                 now=world.clock(),
                 lease=client.runtime.sessions.policy,
                 baseline=baseline,
+                inbox=client.memory.get("inbox"),
             )
             made = calls_made(engine)
             if violations:
@@ -149,7 +150,9 @@ def run_plan(
         root.removeHandler(capture)
         root.setLevel(previous_level)
         world.close()
-    last = max((i for i, p in enumerate(faults.trail) if p in faults.fired), default=-1)
+    # Where the last crash fired, not the last pass over that point: a point crashed at may
+    # be passed again after the restart (the client's retry runs the same path).
+    last = faults.fired_at[-1] if faults.fired_at else -1
     return RunResult(
         scenario=scenario.name,
         plan=tuple(plan),

@@ -8,10 +8,10 @@ from spec.model import (
     EffectTiming,
     ExternalEffect,
     MachineSpec,
+    Otherwise,
     StateSpec,
     TransitionKind,
     TransitionSpec,
-    durable_wait,
     recover_by,
 )
 
@@ -51,7 +51,13 @@ OWED_REQUEST = MachineSpec(
         StateSpec(
             name=S.LOST,
             description="No response will come; the -32010 report is not delivered yet.",
-            on_crash=durable_wait("The report is written from the row on the next GET."),
+            on_crash=recover_by(
+                "abandon_on_crash",
+                otherwise=Otherwise.DURABLE_WAIT,
+                why="The report is written from the row on the session's next GET; if the "
+                "session ended meanwhile (a crash can lose an id after its session expired), "
+                "nobody can collect it and recovery abandons it.",
+            ),
         ),
         StateSpec(
             name=S.ANSWERED,
@@ -107,6 +113,15 @@ OWED_REQUEST = MachineSpec(
             dest=S.UNCOLLECTED,
             conditions=("session_ended",),
             description="Its session expired or closed before the report was collected.",
+        ),
+        TransitionSpec(
+            event="abandon_on_crash",
+            source=(S.LOST,),
+            dest=S.UNCOLLECTED,
+            conditions=("session_ended",),
+            kind=TransitionKind.RECOVERY,
+            description="Recovery: the id was lost after its session had ended (its "
+            "incarnation died after the session expired or closed), so nobody can collect it.",
         ),
         TransitionSpec(
             event="lose_in_crash",
