@@ -105,13 +105,6 @@ def test_sqlite_runs_in_wal_mode_with_full_sync_and_a_busy_timeout(tmp_path: obj
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="live_executions() sends the live statuses as bound parameters, and SQLite uses a "
-    "partial index only when the query's own text implies its WHERE: the real query scans "
-    "the table (the old test compiled its own query with literal binds). Fix in "
-    "machine/db/schema.py: bindparam(..., expanding=True, literal_execute=True).",
-)
 def test_recovery_reads_live_executions_through_the_live_index(tmp_path: Path) -> None:
     """The query recovery really sends (captured from the driver while `Recovery.orphaned`
     runs, not rebuilt here) is planned on the live index, and finds only the orphans."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, text
+from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, bindparam, text
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Field, SQLModel, col
 
@@ -208,5 +208,9 @@ class TransitionLog(SQLModel, table=True):
 
 def live_executions() -> ColumnElement[bool]:
     """The live index's own predicate. Every query for live work includes it, so the
-    database can use the partial index (SQLite only does when the query implies it)."""
-    return col(Execution.status).in_(LIVE_EXECUTION_STATUSES)
+    database can use the partial index. SQLite only does when the query text itself implies
+    the index's condition, which `status IN (?, ?, ?)` with bound values never does, so the
+    statuses are rendered into the statement as literals (they are constants of the spec,
+    never input)."""
+    statuses = bindparam("live_statuses", list(LIVE_EXECUTION_STATUSES), expanding=True)
+    return col(Execution.status).in_(statuses.render_literal_execute())
