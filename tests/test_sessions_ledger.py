@@ -1,0 +1,202 @@
+"""Durable sessions and the owed-request ledger's core (`machine/sessions.py`), driven as the
+HTTP layer drives it, on the real store with a fake clock: a session is active while a
+request is in flight, every owed id ends answered or reported, and a dead incarnation's
+sessions and debts are taken over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from machine.db.schema import OwedRequest
+from machine.runtime import Runtime
+from machine.sessions import REQUEST_LOST, request_key
+from tests.session_helpers import PROTOCOL, FakeClock
+
+MakeRuntime = Callable[..., Runtime]
+
+
+def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") -> None:
+    """A session whose initialize exchange is over (so idle)."""
+    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
+    runtime.sessions.end_request(session_id)
+
+
+def status(runtime: Runtime, session_id: str) -> str:
+    row = runtime.sessions.get(session_id)
+    assert row is not None
+    return row.status
+
+
+def owed_status(runtime: Runtime, owed_id: str) -> str:
+    with runtime.engine.store.session() as s:
+        row = s.get(OwedRequest, owed_id)
+    assert row is not None
+    return row.status
+
+
+def test_a_session_is_active_while_any_request_is_in_flight(make_runtime: MakeRuntime) -> None:
+    clock = FakeClock()
+    runtime = make_runtime(clock=clock)
+    runtime.sessions.open("s", "alice", PROTOCOL, {"name": "t", "version": "1"}, {"x": 1})
+    row = runtime.sessions.get("s")
+    assert row is not None
+    assert (row.status, row.principal_id, row.protocol_version) == ("active", "alice", PROTOCOL)
+    assert (row.client_info, row.capabilities) == ({"name": "t", "version": "1"}, {"x": 1})
+    assert row.incarnation == runtime.lease.incarnation
+    runtime.sessions.end_request("s")
+    assert status(runtime, "s") == "idle"
+    clock.advance(timedelta(seconds=3))
+    runtime.sessions.begin_request("s")
+    runtime.sessions.begin_request("s")
+    assert status(runtime, "s") == "active"
+    runtime.sessions.end_request("s")
+    assert status(runtime, "s") == "active"  # one is still in flight
+    runtime.sessions.end_request("s")
+    row = runtime.sessions.get("s")
+    assert row is not None and row.status == "idle"
+    assert row.last_activity == clock.now
+
+
+def test_closing_ends_the_session_and_settles_its_uncollected_reports(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    lost = runtime.sessions.owe("s", 1, "tools/call", None)
+    runtime.sessions.lose(lost)
+    owed = runtime.sessions.owe("s", 2, "tools/call", None)
+    assert runtime.sessions.live_count("alice") == 1
+    assert runtime.sessions.close("s") is True
+    assert status(runtime, "s") == "closed"
+    assert owed_status(runtime, lost.id) == "uncollected"
+    assert owed_status(runtime, owed.id) == "owed"
+    assert runtime.sessions.live("s") is None
+    assert runtime.sessions.live_count("alice") == 0
+    assert runtime.sessions.close("s") is False  # already closed
+    assert runtime.sessions.close("nobody") is False
+
+
+def test_live_count_counts_the_principals_live_sessions_only(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    opened(runtime, "a1")
+    runtime.sessions.open("a2", "alice", PROTOCOL, {}, {})  # active
+    opened(runtime, "b1", principal="bob")
+    opened(runtime, "a3")
+    runtime.sessions.close("a3")
+    assert runtime.sessions.live_count("alice") == 2
+    assert runtime.sessions.live_count("bob") == 1
+    assert runtime.sessions.live_count("carol") == 0
+
+
+def test_every_owed_id_ends_answered_or_reported(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    answered = runtime.sessions.owe("s", 1, "tools/call", None)
+    runtime.sessions.answered(answered)
+    assert owed_status(runtime, answered.id) == "answered"
+    runtime.sessions.answered(answered)  # twice is harmless
+    reported = runtime.sessions.owe("s", "two", "tools/call", None)
+    runtime.sessions.lose(reported)
+    assert owed_status(runtime, reported.id) == "lost"
+    assert runtime.sessions.still_owed("s", "two") is False
+    runtime.sessions.reported(reported)
+    assert owed_status(runtime, reported.id) == "reported"
+    assert runtime.sessions.lost_reports("s") == []
+
+
+def test_lost_reports_for_one_stream_name_only_its_request(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    for request_id in (1, "b"):
+        runtime.sessions.lose(runtime.sessions.owe("s", request_id, "tools/call", None))
+    still = runtime.sessions.owe("s", 3, "tools/call", None)
+    [(record, error)] = runtime.sessions.lost_reports("s", "b")
+    assert error["id"] == "b"
+    assert record.status == "lost"
+    assert sorted(str(e["id"]) for _, e in runtime.sessions.lost_reports("s")) == ["1", "b"]
+    assert runtime.sessions.still_owed("s", "3") is True
+    assert runtime.sessions.still_owed("s", "1") is False
+    assert owed_status(runtime, still.id) == "owed"
+
+
+def test_a_lost_request_that_started_nothing_says_to_send_it_again(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    runtime.sessions.lose(runtime.sessions.owe("s", 5, "tools/list", None))
+    [(_, error)] = runtime.sessions.lost_reports("s")
+    assert error == {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "error": {
+            "code": REQUEST_LOST,
+            "message": "The server lost this request (it restarted or the stream broke) "
+            "before answering it.",
+            "data": {
+                "requestMethod": "tools/list",
+                "executionId": None,
+                "next": "re-execute",
+                "hint": "The server stopped before this request started any execution: "
+                "nothing ran. Send it again.",
+            },
+        },
+    }
+
+
+def _data(runtime: Runtime) -> dict[str, Any]:
+    [(_, error)] = runtime.sessions.lost_reports("s")
+    body: Any = error["error"]
+    assert body["code"] == REQUEST_LOST
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+def test_a_lost_request_names_what_became_of_its_execution(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    # Found by the request that started it.
+    paused = runtime.engine.execute(
+        "alice", "tools.notes.write(key='k', text='v')", "s", request_key("s", 1)
+    )
+    runtime.sessions.lose(runtime.sessions.owe("s", 1, "tools/call", None))
+    data = _data(runtime)
+    assert (data["executionId"], data["status"], data["next"]) == (
+        paused.id,
+        "waiting_for_interaction",
+        "resume",
+    )
+    assert data["hint"] == (
+        "The execution is paused for approval: call `resume` with this executionId and "
+        "action accept, decline or cancel."
+    )
+    [(record, _)] = runtime.sessions.lost_reports("s")
+    runtime.sessions.reported(record)
+    # Or named by the resume that was lost.
+    done = runtime.engine.execute("alice", "1 + 1")
+    runtime.sessions.lose(runtime.sessions.owe("s", 2, "tools/call", done.id))
+    data = _data(runtime)
+    assert (data["executionId"], data["status"], data["next"]) == (done.id, "completed", "fetch")
+    assert data["hint"] == (
+        "The execution is completed: call `resume` with this executionId and no action to "
+        "read its outcome."
+    )
+
+
+def test_a_dead_incarnations_sessions_go_idle_and_its_debts_are_lost(
+    make_runtime: MakeRuntime,
+) -> None:
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
+    dead.sessions.open("s", "alice", PROTOCOL, {}, {})  # active, owing a request
+    owed = dead.sessions.owe("s", 1, "tools/call", None)
+    clock.advance(timedelta(seconds=5))
+    alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
+    mine = alive.sessions.owe("s", 2, "tools/call", None)
+    assert alive.sessions.recover() == 2  # one session released, one request lost
+    assert status(alive, "s") == "idle"
+    assert owed_status(alive, owed.id) == "lost"
+    assert owed_status(alive, mine.id) == "owed"  # its own debts are never orphans
+    assert alive.sessions.recover() == 0
