@@ -2,7 +2,8 @@
 
     .ci/mutation_score.py gate     the write path and recovery (what .ci/run runs)
     .ci/mutation_score.py full     machine/ and the server's ledger and session modules
-    .ci/mutation_score.py --report-only gate|full    score the last run again
+    .ci/mutation_score.py core|server|machine    one part of the full run
+    .ci/mutation_score.py --report-only RUN      score the last run again
 
 Each run gets its own directory, mutants/<run>/, holding a copy of pyproject.toml whose
 `[tool.mutmut] only_mutate` names just that run's modules (links to the sources, the tests
@@ -50,16 +51,16 @@ SERVER = ("server/session_gate.py", "server/durable_sessions.py")
 #: Mutated in the full run but not held to the goal.
 OTHER = ("machine/*",)
 
+Part = tuple[str, tuple[str, ...], tuple[str, ...]]
 #: One mutmut invocation each: (directory name, modules to mutate, modules excluded).
-RUNS: dict[str, list[tuple[str, tuple[str, ...], tuple[str, ...]]]] = {
-    "gate": [("gate", GATE, ())],
-    "full": [
-        ("gate", GATE, ()),
-        ("core", CORE, ()),
-        ("server", SERVER, ()),
-        ("machine", OTHER, GATE + CORE),
-    ],
-}
+PARTS: list[Part] = [
+    ("gate", GATE, ()),
+    ("core", CORE, ()),
+    ("server", SERVER, ()),
+    ("machine", OTHER, GATE + CORE),
+]
+#: `full` is every part; each part can also be run (or re-scored) on its own.
+RUNS: dict[str, list[Part]] = {"full": PARTS, **{part[0]: [part] for part in PARTS}}
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 STATUS_BY_EXIT_CODE: dict[int | None, str] = {
