@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
-from sqlmodel import SQLModel, col, select, update
+from sqlmodel import select
 
 from machine.db.schema import Execution, Instance, ToolCall
+from machine.engine import record_of
 from machine.faults import Faults
 from machine.runtime import Runtime
+from machine.write_path import Step
 from spec import CrashPoint
 from spec import ExecutionStatus as E
 from tests.session_helpers import FakeClock
@@ -31,25 +33,35 @@ MakeRuntime = Callable[..., Runtime]
 CallRow = tuple[int, str, str, bool]
 
 
+#: The journal's path from `requested` to each state a crash can leave a call in.
+PATHS = {
+    "requested": (),
+    "approved": ("auto_approve",),
+    "dispatched": ("auto_approve", "dispatch"),
+    "succeeded": ("auto_approve", "dispatch", "succeed"),
+    "in_doubt": ("auto_approve", "dispatch", "mark_in_doubt"),
+}
+
+
 def orphan(runtime: Runtime, calls: Sequence[CallRow] = (), owner: str = "gone") -> str:
     """An execution left running by `owner` (an instance holding no lease), with `calls`
-    stored in the order given. The store inserts rows in their initial state only; the
-    state the crash left is then written over them directly (test setup, not a transition)."""
+    stored in the order given, each moved along the spec's edges to its status."""
     now = runtime.engine.clock()
+    write = runtime.engine.write
     execution_id = uuid.uuid4().hex
-    rows: list[SQLModel] = [
-        Execution(
-            id=execution_id,
-            principal_id="alice",
-            status=E.PENDING.value,
-            code="tools.notes.list()",
-            calls_made=max((seq for seq, *_ in calls), default=0),
-            created_at=now,
-            updated_at=now,
-        )
-    ]
-    rows += [
-        ToolCall(
+    row = Execution(
+        id=execution_id,
+        principal_id="alice",
+        status=E.PENDING.value,
+        code="tools.notes.list()",
+        created_at=now,
+        updated_at=now,
+    )
+    runtime.engine.store.commit([], [row])
+    started = record_of(row)
+    write.apply(Step(started, "start", {"owner": owner}))
+    for seq, tool, status, idempotent in calls:
+        call = ToolCall(
             id=f"{execution_id}:{seq}",
             execution_id=execution_id,
             seq=seq,
@@ -59,22 +71,13 @@ def orphan(runtime: Runtime, calls: Sequence[CallRow] = (), owner: str = "gone")
             created_at=now,
             updated_at=now,
         )
-        for seq, tool, _, idempotent in calls
-    ]
-    runtime.engine.store.commit([], rows)
-    with runtime.engine.store.session() as s:
-        s.execute(
-            update(Execution)
-            .where(col(Execution.id) == execution_id)
-            .values(status=E.RUNNING.value, owner=owner)
-        )
-        for seq, _, status, _ in calls:
-            s.execute(
-                update(ToolCall)
-                .where(col(ToolCall.id) == f"{execution_id}:{seq}")
-                .values(status=status)
-            )
-        s.commit()
+        runtime.engine.store.commit([], [call])
+        journal = record_of(call)
+        for event in PATHS[status]:
+            effect = (lambda: None) if event == "dispatch" else None
+            given: dict[str, object] = {"result": {"value": []}} if event == "succeed" else {}
+            # As the engine writes them: only while its execution is still where it was.
+            write.apply(Step(journal, event, given), effect=effect, fence=started)
     return execution_id
 
 

@@ -12,7 +12,18 @@ from typing import Any
 from machine.db.schema import OwedRequest
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
-from tests.session_helpers import PROTOCOL, FakeClock
+from server.durable_sessions import restored_params
+from tests.server_fixtures import run
+from tests.session_helpers import (
+    PROTOCOL,
+    URL,
+    FakeClock,
+    headers,
+    key_for,
+    raw_initialize,
+    serving,
+    sse_messages,
+)
 
 MakeRuntime = Callable[..., Runtime]
 
@@ -200,3 +211,52 @@ def test_a_dead_incarnations_sessions_go_idle_and_its_debts_are_lost(
     assert owed_status(alive, owed.id) == "lost"
     assert owed_status(alive, mine.id) == "owed"  # its own debts are never orphans
     assert alive.sessions.recover() == 0
+
+
+# -- through the application: sessions that outlive their process ---------------------------
+
+
+def test_a_session_opened_on_one_instance_is_served_by_another(make_runtime: MakeRuntime) -> None:
+    """The second instance holds no transport for the session: it revives it from its row,
+    with the client's initialize state restored, and answers without a new initialize."""
+    first = make_runtime(instance_name="first")
+    key = key_for(first, "alice")
+    second = make_runtime(instance_name="second")
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def scenario() -> None:
+        async with serving(first) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+        async with serving(second) as (http, _):
+            answer = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert answer.status_code == 200, answer.text
+            [message] = sse_messages(answer.content)
+            assert message["id"] == 2
+            assert "execute" in {tool["name"] for tool in message["result"]["tools"]}
+            unknown = await http.post(URL, headers=headers(key, "no-such-session"), json=listed)
+            assert unknown.status_code == 404
+            closed = await http.delete(URL, headers=headers(key, session_id))
+            assert closed.status_code == 200
+            again = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert again.status_code == 404, again.text
+        row = second.sessions.get(session_id)
+        assert row is not None and row.status == "closed"
+        assert row.client_info == {"name": "raw-test", "version": "1.0"}
+
+    run(scenario())
+
+
+def test_restored_initialize_parameters_survive_a_malformed_row(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    runtime.sessions.open("good", "alice", PROTOCOL, {"name": "c", "version": "2"}, {})
+    runtime.sessions.open("bad", "alice", PROTOCOL, {"name": 3}, {"roots": "not an object"})
+    good, bad = runtime.sessions.get("good"), runtime.sessions.get("bad")
+    assert good is not None and bad is not None
+    params = restored_params(good)
+    assert (params.client_info.name, params.client_info.version) == ("c", "2")
+    assert params.protocol_version == PROTOCOL
+    fallback = restored_params(bad)
+    assert (fallback.client_info.name, fallback.client_info.version) == ("unknown", "0")
+    assert fallback.capabilities.roots is None
