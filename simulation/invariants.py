@@ -17,9 +17,9 @@ from sqlmodel import Session, col, select
 
 from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog, metadata
 from machine.db.schema import Session as SessionRow
-from machine.store import declared_edges
 from simulation.inbox import Inbox
 from spec import (
+    COMPOSITIONS,
     MACHINES,
     ExecutionStatus,
     InstanceStatus,
@@ -28,6 +28,7 @@ from spec import (
     ToolCallStatus,
 )
 from spec.session_lease import LeasePolicy
+from spec.traces import LoggedStep, check_trace
 
 INVARIANTS = (
     "no execution is non-terminal without a live owner or a durable wait",
@@ -36,7 +37,7 @@ INVARIANTS = (
     "an approval is consumed at most once",
     "no non-idempotent effect is dispatched twice",
     "every in_doubt call is named in the execution's record",
-    "every persisted (from, to) is an edge of the spec",
+    "every persisted step is one the model allows, fences included",
     "the canary secret appears nowhere",
     "every owed id ends answered or reported exactly once",
     "no session outlives its lease",
@@ -98,7 +99,7 @@ def check_all(
     found += _approvals_once(log)
     found += _effects_once(calls, list(effects))
     found += _in_doubt_named(executions, calls)
-    found += _edges_declared(log)
+    found += _edges_declared(log, calls)
     found += _canary(engine, list(logs), canary)
     found += _no_internal_failures(executions)
     found += _dispatched_as_allowed(calls, log, list(effects))
@@ -370,30 +371,36 @@ def _in_doubt_named(executions: list[Execution], calls: list[ToolCall]) -> list[
     return out
 
 
-def _edges_declared(log: list[TransitionLog]) -> list[Violation]:
-    edges = declared_edges(MACHINES)
-    out = []
-    previous: dict[str, str] = {}
-    for row in log:
-        if (row.machine, row.event, row.source, row.dest) not in edges:
-            out.append(
-                Violation(
-                    INVARIANTS[6],
-                    f"{row.machine} {row.record_id}: {row.event} {row.source}->{row.dest}",
-                    (row.record_id,),
-                )
-            )
-        before = previous.get(row.record_id)
-        if before is not None and before != row.source:
-            out.append(
-                Violation(
-                    INVARIANTS[6],
-                    f"{row.machine} {row.record_id} moved from {row.source!r} but was {before!r}",
-                    (row.record_id,),
-                )
-            )
-        previous[row.record_id] = row.dest
-    return out
+def _edges_declared(log: list[TransitionLog], calls: list[ToolCall]) -> list[Violation]:
+    """The persisted trace replayed through the model (`spec.traces.check_trace`)."""
+    return [Violation(INVARIANTS[6], problem) for problem in _trace_problems(log, calls)]
+
+
+def _trace_problems(log: list[TransitionLog], calls: list[ToolCall]) -> list[str]:
+    steps = [
+        LoggedStep(
+            id=row.id or 0,
+            machine=row.machine,
+            record_id=row.record_id,
+            event=row.event,
+            source=row.source,
+            dest=row.dest,
+            version=row.version,
+            txn=row.txn,
+            fence=row.fence,
+        )
+        for row in log
+    ]
+    parents = {c.id: c.execution_id for c in calls}
+    return check_trace(steps, parents, MACHINES, COMPOSITIONS)
+
+
+def trace_problems(engine: Engine) -> list[str]:
+    """Where a database's transition log disagrees with the model (for the test suite)."""
+    with Session(engine) as s:
+        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
+        calls = list(s.exec(select(ToolCall)))
+    return _trace_problems(log, calls)
 
 
 def _canary(engine: Engine, logs: list[str], canary: str) -> list[Violation]:

@@ -54,11 +54,23 @@ EXECUTION_WITH_TOOL_CALL = Composition(
         (("tool_call", "dispatch"), (E.RUNNING,)),
         (("tool_call", "succeed"), (E.RUNNING,)),
         (("tool_call", "fail"), (E.RUNNING,)),
+        (("tool_call", "redispatch"), (E.RUNNING,)),
         # The execution finishes, or is cancelled alone, only once its call is settled.
         (("execution", "complete"), _CALL_SETTLED),
         (("execution", "fail"), _CALL_SETTLED),
         (("execution", "cancel"), _CALL_SETTLED),
         (("execution", "checkpoint"), (*_CALL_SETTLED, C.REQUESTED, C.APPROVED)),
+    ),
+    # What the owner of the running execution does to its call commits only while the
+    # execution is at the version the owner read: recovery (requeue, interrupt) changes it,
+    # so a stalled owner that wakes up after its work was taken over is refused.
+    fenced=(
+        ("tool_call", "auto_approve"),
+        ("tool_call", "block"),
+        ("tool_call", "dispatch"),
+        ("tool_call", "redispatch"),
+        ("tool_call", "succeed"),
+        ("tool_call", "fail"),
     ),
 )
 

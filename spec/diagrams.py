@@ -685,6 +685,19 @@ def _composition_section(comp: Composition) -> list[str]:
         for (machine, event), states in comp.requires:
             where = f"`{other.get(machine, '?')}`: {_code(states)}"
             out.append(_row([f"`{machine}.{event}`", where]))
+    if comp.fenced:
+        first = comp.machines[0]
+        fenced = ", ".join(f"`{m}.{e}`" for m, e in comp.fenced)
+        out.extend(
+            [
+                "",
+                "### Fences",
+                "",
+                f"{fenced} commit only while the `{first}` record is still at the version "
+                "their actor read: an instance whose work was recovered by another cannot "
+                "move the call any more.",
+            ]
+        )
     out.append("")
     return out
 

@@ -187,6 +187,12 @@ class Composition(Frozen):
     joint_steps: tuple[JointStep, ...]
     #: (machine, event) -> {other machine: states it must be in for the event to fire}.
     requires: tuple[tuple[tuple[str, str], tuple[str, ...]], ...] = ()
+    #: (machine, event) of the second machine's transitions that commit only while the
+    #: first machine's record is still at the version their actor read (a fence): an
+    #: instance that lost the execution (stalled, declared dead, its work recovered by
+    #: another) cannot move the execution's call any more, though the call's own row did not
+    #: change. The model checker lets such a stale owner try every move of the call.
+    fenced: tuple[tuple[str, str], ...] = ()
     description: str = Field(min_length=1)
 
 

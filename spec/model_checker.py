@@ -51,6 +51,7 @@ PRODUCT_INVARIANTS = (
     *INVARIANTS,
     "a non-idempotent effect happens at most once",
     "a finished execution leaves no call in flight",
+    "a stale owner never moves a call",
 )
 
 #: Guard valuations: name -> truth. Guards absent from a valuation are free.
@@ -360,13 +361,18 @@ class Pair:
     calls: int = 0
     idempotent: bool = False
     conservative: bool = False
+    #: The call state a stalled owner still believes in, after another instance recovered
+    #: its execution ("" when no owner is stale); it acts on its call `stale_calls`.
+    stale: str = ""
+    stale_calls: int = 0
 
     def __str__(self) -> str:
         world = f"{'idempotent' if self.idempotent else 'non-idempotent'} tool" + (
             ", conservative" if self.conservative else ""
         )
         rec = ", recovering" if self.recovering else ""
-        return f"(execution {self.execution}, call {self.call}{rec}; {world})"
+        stale = f", a stale owner believes the call {self.stale}" if self.stale else ""
+        return f"(execution {self.execution}, call {self.call}{rec}{stale}; {world})"
 
 
 def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) -> Report:
@@ -376,6 +382,9 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
     explorer = _Explorer(report)
     joint_events = {(m, e) for j in comp.joint_steps for (m, e) in j.steps}
     requires = {key: set(states) for key, states in comp.requires}
+    fenced = set(comp.fenced)
+    #: What the owner of a running execution does to its call (the moves a stale one tries).
+    owner_moves = [event for (machine, event) in requires if machine == tc.name]
 
     def settled(call: str) -> bool:
         return call == NO_CALL or call in tc.terminal_names
@@ -548,7 +557,34 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
                     moves.extend(moves_for(c, picks, f"joint {joint.name}"))
         if c.execution not in ex.terminal_names or not settled(c.call):
             moves.append(("crash between transitions, restart", replace(c, recovering=True)))
+        moves.extend(stale_owner_moves(c))
         return moves
+
+    def stale_owner_moves(c: Pair) -> list[tuple[str, object]]:
+        """An owner stalls with a call in flight (its process paused, not dead); its lease
+        lapses and another instance recovers the execution. Later it wakes and tries its
+        next move on the call with what it read before: its write matches the call's row
+        (nothing else moved the call), so only the execution's fence can refuse it."""
+        if not c.stale:
+            if c.execution in ex.terminal_names or settled(c.call):
+                return []
+            stalled = replace(c, recovering=True, stale=c.call, stale_calls=c.calls)
+            return [("the owner stalls; its lease lapses; another instance recovers", stalled)]
+        if c.call != c.stale or c.calls != c.stale_calls:
+            return []  # the call moved since: the stale owner's write conflicts
+        for event in owner_moves:
+            if (tc.name, event) in fenced:
+                continue  # the execution moved (recovery): the fence refuses the write
+            for t in tc.transitions_for(event):
+                if c.stale in t.source and t.kind is not TransitionKind.RECOVERY:
+                    explorer.violate(
+                        "a stale owner never moves a call",
+                        f"tool_call.{event} ({c.stale} -> {t.dest}) is committed by an "
+                        "instance whose execution was recovered by another: it is not fenced",
+                        c,
+                        f"the stale owner wakes and tries tool_call.{event}",
+                    )
+        return []
 
     def good_end(c: object) -> bool:
         return isinstance(c, Pair) and not c.recovering and c.execution in ex.terminal_names

@@ -14,6 +14,50 @@ from tests.postgres import PostgresServer, find_bin_dir
 CANARY = "canary-7f3a9c1e-secret-token"
 
 
+@pytest.fixture(autouse=True)
+def traces_follow_the_model(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test, each database it used (its `database_url`, and SQLite files under
+    its tmp_path, where real-process tests put theirs) holds only steps the model allows,
+    fences and joint steps included: what the suite makes the code do is checked against
+    the model, not only what the simulator does. `@pytest.mark.illegal_trace` marks a test
+    that plants a bug on purpose."""
+    urls: list[str] = []
+    if "database_url" in request.fixturenames:
+        urls.append(str(request.getfixturevalue("database_url")))
+    folder: Path | None = None
+    if "tmp_path" in request.fixturenames:
+        folder = request.getfixturevalue("tmp_path")
+    yield
+    if request.node.get_closest_marker("illegal_trace") is not None:
+        return
+    if folder is not None:
+        urls += [f"sqlite:///{path}" for path in sorted(folder.rglob("*.db"))]
+    for url in dict.fromkeys(urls):
+        problems = _trace_problems_of(url)
+        if problems:
+            listed = "\n  ".join(problems[:20])
+            pytest.fail(f"the transition log of {url} disagrees with the model:\n  {listed}")
+
+
+def _trace_problems_of(url: str) -> list[str]:
+    from sqlalchemy import inspect
+
+    from machine.db.connect import open_engine
+    from simulation.invariants import trace_problems
+
+    engine = open_engine(url)
+    try:
+        try:
+            columns = {c["name"] for c in inspect(engine).get_columns("transition_log")}
+        except Exception:  # not a Lockgate database, or not migrated: nothing to check
+            return []
+        if "txn" not in columns:
+            return []  # an older schema a migration test left behind
+        return trace_problems(engine)
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     bin_dir = find_bin_dir()

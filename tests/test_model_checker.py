@@ -104,8 +104,29 @@ def test_a_non_idempotent_call_dispatched_twice_is_caught_in_the_product() -> No
     assert twice.trace[-2:] == ("tool_call.dispatch", "tool_call.redispatch")
 
 
+@pytest.mark.parametrize("unfenced", ["dispatch", "succeed", "auto_approve"])
+def test_a_call_move_without_its_execution_fence_is_caught(unfenced: str) -> None:
+    """The fences are part of the model: drop one and a stalled owner that wakes up after
+    its execution was recovered moves the call, and the checker shows how it got there."""
+    shipped = COMPOSITIONS["execution_with_tool_call"]
+    careless = shipped.model_copy(
+        update={"fenced": tuple(f for f in shipped.fenced if f != ("tool_call", unfenced))}
+    )
+    report = check_composition(careless, MACHINES)
+    stale = [v for v in report.violations if v.invariant == "a stale owner never moves a call"]
+    assert stale, report.render()
+    assert any(f"tool_call.{unfenced}" in v.detail for v in stale)
+    assert any("the owner stalls" in step for v in stale for step in v.trace)
+    assert check_composition(shipped, MACHINES).ok
+
+
 def test_a_ledger_entry_that_can_never_be_reported_is_caught() -> None:
-    silent = without_transition(without_transition(OWED_REQUEST, "report"), "abandon")
+    silent = OWED_REQUEST
+    for event in ("report", "abandon", "abandon_on_crash"):
+        silent = without_transition(silent, event)
+    silent = with_states(
+        silent, lost={"on_crash": recover_by(otherwise=Otherwise.DURABLE_WAIT, why="x")}
+    )
     report = check_machine(silent)
     [violation] = report.violations
     assert violation.invariant == "every record can still reach a good end"

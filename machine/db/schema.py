@@ -11,7 +11,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, bindparam, text
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlmodel import Field, SQLModel, col
 
 from machine.db.types import UTCDateTime
@@ -204,6 +204,11 @@ class TransitionLog(SQLModel, table=True):
     dest: str = Field(max_length=32)
     version: int
     at: datetime = Field(sa_column=_when())
+    #: The transaction that committed it (one id per commit): joint steps share one.
+    txn: str | None = Field(default=None, max_length=32)
+    #: The records the transaction was fenced by, `machine:id:version` (comma-separated):
+    #: what lets a trace be checked against the model's fences.
+    fence: str | None = Field(default=None, max_length=600)
 
 
 def live_executions() -> ColumnElement[bool]:
@@ -212,5 +217,7 @@ def live_executions() -> ColumnElement[bool]:
     the index's condition, which `status IN (?, ?, ?)` with bound values never does, so the
     statuses are rendered into the statement as literals (they are constants of the spec,
     never input)."""
-    statuses = bindparam("live_statuses", list(LIVE_EXECUTION_STATUSES), expanding=True)
+    statuses: BindParameter[list[str]] = bindparam(
+        "live_statuses", list(LIVE_EXECUTION_STATUSES), expanding=True
+    )
     return col(Execution.status).in_(statuses.render_literal_execute())

@@ -12,6 +12,7 @@ and only in their lifecycle's initial state.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -62,6 +63,8 @@ class SqlStore:
         fences: Sequence[Fence] = (),
     ) -> None:
         now = datetime.now(UTC)
+        txn = uuid.uuid4().hex
+        fenced_by = ",".join(f"{f.machine}:{f.record_id}:{f.version}" for f in fences) or None
         for row in inserts:
             self._refuse_non_initial(row)
         for change in changes:
@@ -117,6 +120,8 @@ class SqlStore:
                         dest=change.dest,
                         version=change.expected_version + 1,
                         at=now,
+                        txn=txn,
+                        fence=fenced_by,
                     )
                 )
 
