@@ -9,10 +9,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from machine.db.schema import OwedRequest
+from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
 from server.durable_sessions import restored_params
+from spec import CrashPoint
 from tests.server_fixtures import run
 from tests.session_helpers import (
     PROTOCOL,
@@ -260,3 +264,137 @@ def test_restored_initialize_parameters_survive_a_malformed_row(
     fallback = restored_params(bad)
     assert (fallback.client_info.name, fallback.client_info.version) == ("unknown", "0")
     assert fallback.capabilities.roots is None
+
+
+# -- edges of the core ---------------------------------------------------------------------
+
+
+def test_requests_on_unknown_sessions_are_ignored(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    runtime.sessions.begin_request("nobody")
+    runtime.sessions.end_request("nobody")
+    assert runtime.sessions.get("nobody") is None
+    assert runtime.sessions.live("nobody") is None
+
+
+def test_live_is_the_row_of_a_live_session(make_runtime: MakeRuntime) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    live = runtime.sessions.live("s")
+    assert live is not None and (live.id, live.status) == ("s", "idle")
+
+
+def test_a_session_taken_over_by_another_instance_is_its_own(make_runtime: MakeRuntime) -> None:
+    """A request on another instance makes the session that incarnation's; its end idles the
+    session there, though that process never saw the session begin."""
+    first = make_runtime(instance_name="first")
+    opened(first)
+    second = make_runtime(instance_name="second")
+    second.sessions.begin_request("s")
+    row = second.sessions.get("s")
+    assert row is not None and row.status == "active"
+    assert row.incarnation == second.lease.incarnation
+    third = make_runtime(instance_name="third")
+    third.sessions.end_request("s")  # this process never counted it in flight
+    assert status(third, "s") == "idle"
+
+
+def test_the_sweep_keeps_a_session_with_running_work_only(make_runtime: MakeRuntime) -> None:
+    clock = FakeClock()
+    started = CrashPoint.parse("execution:start:pending->running:after_commit")
+    limits = {"session_idle_timeout": "60", "session_lease": "60", "session_cap": "600"}
+    runtime = make_runtime(clock=clock, faults=Faults([started]), **limits)
+    opened(runtime, "busy")
+    opened(runtime, "quiet")
+    lost = runtime.sessions.owe("quiet", 1, "tools/call", None)
+    runtime.sessions.lose(lost)  # a report nobody collected
+    with pytest.raises(InjectedCrash):  # the execution stays running, in session busy
+        runtime.engine.execute("alice", "1 + 1", "busy", request_key("busy", 1))
+    clock.advance(timedelta(seconds=90))
+    assert runtime.sessions.sweep() == ["quiet"]
+    assert status(runtime, "busy") == "idle"
+    assert status(runtime, "quiet") == "expired"
+    assert owed_status(runtime, lost.id) == "uncollected"  # settled with the session
+
+
+def test_a_report_for_one_session_takes_over_only_that_sessions_debts(
+    make_runtime: MakeRuntime,
+) -> None:
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
+    opened(dead, "s")
+    opened(dead, "t")
+    on_s = dead.sessions.owe("s", 1, "tools/call", None)
+    on_t = dead.sessions.owe("t", 1, "tools/call", None)
+    clock.advance(timedelta(seconds=5))
+    alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
+    [(record, error)] = alive.sessions.lost_reports("s")
+    assert record.id == on_s.id and error["id"] == 1
+    assert owed_status(alive, on_t.id) == "owed"  # t's GET will report it
+    assert [r.id for r, _ in alive.sessions.lost_reports("t")] == [on_t.id]
+
+
+def test_recovery_takes_over_dead_incarnations_only(make_runtime: MakeRuntime) -> None:
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="10")
+    for session_id in ("d1", "d2"):
+        dead.sessions.open(session_id, "alice", PROTOCOL, {}, {})
+    lost = [dead.sessions.owe("d1", n, "tools/call", None) for n in (1, 2)]
+    alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
+    other = make_runtime(clock=clock, instance_name="other", lease_ttl="60")
+    assert alive.sessions.recover() == 0  # nobody is dead yet
+    alive.sessions.open("mine", "alice", PROTOCOL, {}, {})
+    theirs = other.sessions.owe("mine", 9, "tools/call", None)
+    clock.advance(timedelta(seconds=10))  # dead's lease ends exactly now
+    assert alive.sessions.recover() == 4  # two sessions released, two requests lost
+    assert [status(alive, s) for s in ("d1", "d2", "mine")] == ["idle", "idle", "active"]
+    assert [owed_status(alive, o.id) for o in lost] == ["lost", "lost"]
+    assert owed_status(alive, theirs.id) == "owed"  # other's lease holds
+
+
+def _lost_data_after(runtime: Runtime, session_id: str = "s") -> dict[str, Any]:
+    [(_, error)] = runtime.sessions.lost_reports(session_id)
+    body: Any = error["error"]
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+def test_a_lost_request_whose_execution_runs_on_says_to_wait(make_runtime: MakeRuntime) -> None:
+    started = CrashPoint.parse("execution:start:pending->running:after_commit")
+    runtime = make_runtime(faults=Faults([started]))
+    opened(runtime)
+    with pytest.raises(InjectedCrash):
+        runtime.engine.execute("alice", "1 + 1", "s", request_key("s", 1))
+    runtime.sessions.lose(runtime.sessions.owe("s", 1, "tools/call", None))
+    data = _lost_data_after(runtime)
+    assert (data["status"], data["next"]) == ("running", "wait")
+    assert data["hint"] == (
+        "The execution was recovered and is running again: call `resume` with this "
+        "executionId and no action to get its result."
+    )
+
+
+def test_a_lost_request_whose_execution_was_interrupted_says_what_ran(
+    make_runtime: MakeRuntime,
+) -> None:
+    clock = FakeClock()
+    common = {"policy": "notes.write=approve", "lease_ttl": "1"}
+    write_ran = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
+    dying = make_runtime(clock=clock, instance_name="a", faults=Faults([write_ran]), **common)
+    opened(dying)
+    dying.sessions.owe("s", 3, "tools/call", None)
+    with pytest.raises(InjectedCrash):
+        dying.engine.execute(
+            "alice", "tools.notes.write(key='k', text='v')", "s", request_key("s", 3)
+        )
+    clock.advance(timedelta(seconds=5))
+    data = _lost_data_after(make_runtime(clock=clock, instance_name="b", **common))
+    assert (data["status"], data["next"]) == ("interrupted", "check")
+    assert data["whatRan"] == {
+        "calls": [{"seq": 1, "tool": "notes.write", "status": "in_doubt"}],
+        "in_doubt": [{"seq": 1, "tool": "notes.write"}],
+    }
+    assert data["hint"] == (
+        "The execution was interrupted; whatRan names the calls that ran and the call in "
+        "doubt. Check it before running the code again."
+    )
