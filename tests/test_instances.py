@@ -135,3 +135,16 @@ def test_lapsed_leases_and_earlier_incarnations_are_declared_dead(
     # An explicit instant is the one judged.
     later = clock.now + timedelta(seconds=6)
     assert me.lease.declare_dead_instances(later) == [renewed.lease.id]
+
+
+def test_an_instance_whose_own_lease_lapsed_never_declares_itself_dead(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A late heartbeat (a long pause of this process) is not a death: the next heartbeat
+    renews the lease; only another instance may declare this one dead."""
+    clock = FakeClock()
+    runtime = make_runtime(clock=clock, lease_ttl="10")
+    clock.advance(timedelta(seconds=30))
+    assert runtime.lease.declare_dead_instances() == []
+    assert row(runtime, runtime.lease.id).status == "live"
+    assert runtime.lease.heartbeat() is True
