@@ -10,8 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlmodel import select
 
-from machine.db.schema import OwedRequest
+from machine.db.schema import OwedRequest, Session
 from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
@@ -398,3 +399,45 @@ def test_a_lost_request_whose_execution_was_interrupted_says_what_ran(
         "The execution was interrupted; whatRan names the calls that ran and the call in "
         "doubt. Check it before running the code again."
     )
+
+
+class MovedMeanwhile(Faults):
+    """Another instance closes a session from this one's first write of `event` on it (its
+    before-commit point), so this one's write finds the row moved."""
+
+    def __init__(self, event: str) -> None:
+        super().__init__()
+        self.event = event
+        self.other: Runtime | None = None
+        self.session_id = ""
+
+    def reached(self, point: CrashPoint) -> None:
+        super().reached(point)
+        if self.other is not None and point.machine == "session" and point.event == self.event:
+            other, self.other = self.other, None
+            assert other.sessions.close(self.session_id)
+
+
+def test_a_close_that_lost_the_race_says_so(make_runtime: MakeRuntime) -> None:
+    faults = MovedMeanwhile("close")
+    here = make_runtime(faults=faults, instance_name="here")
+    opened(here)
+    faults.other, faults.session_id = make_runtime(instance_name="elsewhere"), "s"
+    assert here.sessions.close("s") is False  # the other instance closed it first
+    assert status(here, "s") == "closed"
+
+
+def test_a_sweep_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeRuntime) -> None:
+    clock = FakeClock()
+    limits = {"session_idle_timeout": "60", "session_cap": "600"}
+    faults = MovedMeanwhile("destroy")
+    here = make_runtime(clock=clock, faults=faults, instance_name="here", **limits)
+    opened(here, "s1")
+    opened(here, "s2")
+    with here.engine.store.session() as s:
+        first, second = [row.id for row in s.exec(select(Session))]
+    faults.other = make_runtime(clock=clock, instance_name="elsewhere", **limits)
+    faults.session_id = first
+    clock.advance(timedelta(seconds=90))
+    assert here.sessions.sweep() == [second]
+    assert (status(here, first), status(here, second)) == ("closed", "expired")
