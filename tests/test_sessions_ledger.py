@@ -441,3 +441,19 @@ def test_a_sweep_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeR
     clock.advance(timedelta(seconds=90))
     assert here.sessions.sweep() == [second]
     assert (status(here, first), status(here, second)) == ("closed", "expired")
+
+
+def test_recovery_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeRuntime) -> None:
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
+    for session_id in ("d1", "d2"):
+        dead.sessions.open(session_id, "alice", PROTOCOL, {}, {})  # left active
+    clock.advance(timedelta(seconds=5))
+    faults = MovedMeanwhile("release")
+    here = make_runtime(clock=clock, faults=faults, instance_name="here")
+    with here.engine.store.session() as s:
+        first, second = [row.id for row in s.exec(select(Session))]
+    faults.other = make_runtime(clock=clock, instance_name="elsewhere")
+    faults.session_id = first
+    assert here.sessions.recover() == 1  # the other instance closed the first one
+    assert (status(here, first), status(here, second)) == ("closed", "idle")
