@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
+from pathlib import Path
 
 from spec.crash_points import CrashPoint
 
@@ -92,8 +93,16 @@ class Faults:
         seed: int | None = None,
         probability: float = 0.0,
         skip: int = 0,
+        stops: Iterable[CrashPoint] = (),
+        evidence: Path | None = None,
     ) -> None:
         self.armed = set(armed)
+        #: Points at which the process stops itself (SIGSTOP), once each: a stalled process
+        #: (a paused VM, a long GC) that the real-process simulation resumes with SIGCONT.
+        self.stops = set(stops)
+        #: A file the process appends what it did to (`reached`, `fired`, `stopped` and the
+        #: point), so a simulator in another process knows the armed point really fired.
+        self.evidence = evidence
         self.mode = mode
         self.random = random.Random(seed)
         self.probability = probability
@@ -109,11 +118,31 @@ class Faults:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_environment(cls, variable: str = "LOCKGATE_CRASH_AT") -> Faults:
-        """Arm the points named (comma-separated) in an environment variable, killing the
-        process when one is reached; an unset variable arms nothing."""
-        names = [n for n in os.environ.get(variable, "").split(",") if n.strip()]
-        return cls([CrashPoint.parse(n.strip()) for n in names], mode=CrashMode.KILL)
+    def from_environment(cls) -> Faults:
+        """What the real-process simulation arms in a server it starts: `LOCKGATE_CRASH_AT`
+        (points that SIGKILL the process), `LOCKGATE_STOP_AT` (points where it SIGSTOPs
+        itself) and `LOCKGATE_FAULT_EVIDENCE` (the file it reports to); unset arms nothing."""
+
+        def points(variable: str) -> list[CrashPoint]:
+            names = [n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()]
+            return [CrashPoint.parse(n) for n in names]
+
+        evidence = os.environ.get("LOCKGATE_FAULT_EVIDENCE")
+        return cls(
+            points("LOCKGATE_CRASH_AT"),
+            mode=CrashMode.KILL,
+            stops=points("LOCKGATE_STOP_AT"),
+            evidence=Path(evidence) if evidence else None,
+        )
+
+    def _report(self, what: str, point: CrashPoint, *, durable: bool) -> None:
+        if self.evidence is None:
+            return
+        with open(self.evidence, "a", encoding="utf-8") as f:
+            f.write(f"{what} {point.name} {os.getpid()}\n")
+            if durable:  # the process dies or stops next: the line must be on disk first
+                f.flush()
+                os.fsync(f.fileno())
 
     def gate(self, point: CrashPoint) -> Gate:
         """Hold the next thread that reaches `point` (see `Gate`)."""
@@ -124,11 +153,19 @@ class Faults:
 
     def reached(self, point: CrashPoint) -> None:
         with self._lock:
+            first = self.hits[point] == 0
             self.hits[point] += 1
             self.trail.append(point)
             gate = self._gates.pop(point, None)
+            stop = point in self.stops
+            self.stops.discard(point)
+            if first:
+                self._report("reached", point, durable=False)
         if gate is not None:
             gate.hold()
+        if stop:
+            self._report("stopped", point, durable=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
         with self._lock:
             if point in self.armed:
                 if self.skip > 0:
@@ -140,5 +177,6 @@ class Faults:
             self.fired_at.append(len(self.trail) - 1)
             self.armed.discard(point)  # a point kills once: what comes after is the recovery
         if self.mode is CrashMode.KILL:
+            self._report("fired", point, durable=True)
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedCrash(point)

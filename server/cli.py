@@ -131,18 +131,12 @@ def simulate(
     result = sweep(chosen, only=plan)
     mode = "in-process"
     if real_process:
-        plans = [
-            (s, p)
-            for s in chosen
-            if s.portable
-            for p in sorted(
-                {p for r in result.runs if r.scenario == s.name and not r.plan for p in r.reached}
-            )
-        ]
-        picked = processes.sample(plans, None if exhaustive else sample_size, seed)
-        for s, point in picked:
-            result.runs.append(processes.run_in_process(s, point))
-        mode = f"in-process + {len(picked)} real-process runs (seed {seed})"
+        picked = processes.plan_runs(chosen, None if exhaustive else sample_size, seed)
+        result.runs += picked.runs
+        mode = (
+            f"in-process + {len(picked.runs)} real-process runs over {picked.scenarios} "
+            f"scenarios (seed {seed})"
+        )
     typer.echo(reporting.coverage_matrix(result))
     for run in result.violations:
         typer.echo(reporting.describe_violation(run, seed if real_process else None))

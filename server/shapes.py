@@ -29,9 +29,9 @@ def _result(structured: dict[str, JsonValue], text: str, *, error: bool) -> type
     )
 
 
-def running(execution_id: str) -> types.CallToolResult:
+def running(execution_id: str, status: str = E.RUNNING) -> types.CallToolResult:
     return _result(
-        {"status": "running", "executionId": execution_id},
+        {"status": "running", "executionId": execution_id, "executionStatus": status},
         f"Execution {execution_id} is still running. Call `resume` with this executionId "
         "(and no action) to wait for its result.",
         error=False,
@@ -45,11 +45,31 @@ def error_status(err: LockgateError) -> str:
     return f"execution_{code}" if code in named else "error"
 
 
+def _lifecycle_status(err: LockgateError) -> str | None:
+    """The execution's own status, when the error says what it is."""
+    from machine.execution_errors import (
+        ExecutionAlreadySettled,
+        ExecutionExpired,
+        ExecutionInterrupted,
+    )
+
+    if isinstance(err, ExecutionAlreadySettled):
+        return str(err.status)
+    if isinstance(err, ExecutionExpired):
+        return E.EXPIRED.value
+    if isinstance(err, ExecutionInterrupted):
+        return E.INTERRUPTED.value
+    return None
+
+
 def error(err: LockgateError, execution_id: str | None = None) -> types.CallToolResult:
     body = err.as_dict()
     structured: dict[str, JsonValue] = {"status": error_status(err), "error": body}
     if execution_id:
         structured["executionId"] = execution_id
+        status = _lifecycle_status(err)
+        if status is not None:
+            structured["executionStatus"] = status
     if err.hint:
         structured["hint"] = err.hint
     text = err.message + (f" {err.hint}" if err.hint else "")
@@ -77,7 +97,13 @@ def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolRe
     eid = view.id
     if view.status == E.COMPLETED:
         return _result(
-            {"status": "completed", "executionId": eid, "result": view.result, "logs": view.logs},
+            {
+                "status": "completed",
+                "executionId": eid,
+                "executionStatus": view.status,
+                "result": view.result,
+                "logs": view.logs,
+            },
             f"Completed. Result: {json.dumps(view.result)}"
             + (f"\nLogs:\n{view.logs}" if view.logs else ""),
             error=False,
@@ -96,6 +122,7 @@ def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolRe
             {
                 "status": "waiting_for_interaction",
                 "executionId": eid,
+                "executionStatus": view.status,
                 "expiresAt": expires,
                 "interaction": interaction,
                 "logs": view.logs,
@@ -107,13 +134,19 @@ def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolRe
             error=False,
         )
     if view.status in (E.RUNNING, E.PENDING):
-        return running(eid)
+        return running(eid, view.status)
     if view.status == E.FAILED:
         err: dict[str, JsonValue] = (
             view.error if isinstance(view.error, dict) else {"message": str(view.error)}
         )
         return _result(
-            {"status": "error", "executionId": eid, "error": err, "logs": view.logs},
+            {
+                "status": "error",
+                "executionId": eid,
+                "executionStatus": view.status,
+                "error": err,
+                "logs": view.logs,
+            },
             f"The code failed: {err.get('message')}"
             + (f"\nLogs:\n{view.logs}" if view.logs else ""),
             error=True,

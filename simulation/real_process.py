@@ -1,12 +1,17 @@
-"""The real-process simulation: `lockgate serve` runs in its own process, is SIGKILLed at the
-armed crash point (armed through `LOCKGATE_CRASH_AT`), restarted, and driven through its
-real interface (MCP over HTTP with the official client); the invariants are then checked on
-the database and the tools' data.
+"""The real-process simulation: `lockgate serve` processes (with the leaking canary tools,
+`simulation.serve`) on one database, SIGKILLed at the armed crash point (or stopped there,
+as a stalled process is), restarted, and driven through their real interfaces: MCP over
+HTTP with the official client, a raw persistent session where the wire is the point.
+
+What the harness believes comes from the processes themselves, never from its own notes:
+each server appends to an evidence file what it reached, where it fired and where it
+stopped (`machine.faults.Faults.from_environment`), and each death's exit status is read
+back. A run whose armed point never fired, or whose server died of anything but SIGKILL,
+fails; the invariants are then checked on the database and the tools' data.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import shutil
@@ -16,42 +21,46 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from pydantic import JsonValue
 
 from machine.db.connect import open_engine
 from machine.db.migrate import upgrade
 from machine.db.store import SqlStore
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.execution_errors import (
-    ExecutionAlreadySettled,
-    ExecutionExpired,
-    ExecutionInterrupted,
-    ExecutionNotFound,
-)
 from machine.tools.notes import NotesSource
 from server.keys import ApiKeys
-from simulation.invariants import Violation, check_all, history
+from simulation.canary import TOKEN_SECRET as CANARY_TOKEN
+from simulation.invariants import CallLists, Violation, calls_made, check_all, history
 from simulation.scenarios import Scenario, ScenarioFailed
 from simulation.sweep import RunResult
 from simulation.world import CANARY
 from spec import CrashPoint
-from spec import ExecutionStatus as E
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RESTARTS = 3
+#: How long a condition the harness waits for may take (a server booting, a lease lapsing).
+PATIENCE_SECS = 60.0
+#: Settings every server of a simulated deployment runs with: short leases and sweeps so
+#: that real time crosses them within a run.
+DEPLOYMENT_SETTINGS = {
+    "max_duration_secs": "5",
+    "lease_ttl": "3",
+    "heartbeat_interval": "0.5",
+    "sweep_interval": "0.5",
+}
 
 
 class ProcessKilled(Exception):
-    """The server process died (SIGKILL at the armed point)."""
+    """A server process died under a request (the SIGKILL at the armed point)."""
+
+    def __init__(self, message: str, server: ServerProcess | None = None) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 def _free_port() -> int:
@@ -61,13 +70,23 @@ def _free_port() -> int:
         return port
 
 
-class ServerProcess:
-    """`lockgate serve` in its own process, on a free loopback port."""
+def until(condition: Callable[[], bool], what: str, timeout: float = PATIENCE_SECS) -> None:
+    """Poll `condition` until it holds (the deadline bounds a harness or server bug)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"gave up waiting: {what}")
+        time.sleep(0.05)  # polling another process's state; the deadline bounds it
 
-    def __init__(self, env: dict[str, str], log: IO[str]) -> None:
+
+class ServerProcess:
+    """One `lockgate serve` process on a free loopback port."""
+
+    def __init__(self, name: str, env: dict[str, str], log: IO[str]) -> None:
+        self.name = name
         self.port = _free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "simulation.serve", "--port", str(self.port)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -78,216 +97,315 @@ class ServerProcess:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE_SECS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ProcessKilled(f"the server exited with {self.proc.returncode} at boot")
+                raise ProcessKilled(f"{self.name} exited with {self.proc.returncode} at boot", self)
             try:
                 if httpx2.get(f"{self.url}/readyz", timeout=2).status_code == 200:
                     return
             except httpx2.TransportError:
                 pass
             time.sleep(0.1)  # polling a starting process; the deadline bounds it
-        raise RuntimeError("the server did not become ready within 60 s")
+        raise RuntimeError(f"{self.name} did not become ready within {PATIENCE_SECS:.0f} s")
 
-    def release(self) -> None:
-        """Make sure the process is gone."""
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (state T in /proc): it stopped itself at its stop point."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> int:
+        self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait()
+
+    def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM (resuming it first if it is stopped), and its exit status."""
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        return self.proc.returncode
 
 
-_ERRORS: dict[str, Callable[[str, dict[str, Any]], LockgateError]] = {
-    "execution_not_found": lambda eid, e: ExecutionNotFound(execution_id=eid),
-    "execution_expired": lambda eid, e: ExecutionExpired(execution_id=eid, deadline=None),
-    "execution_already_settled": lambda eid, e: ExecutionAlreadySettled(
-        execution_id=eid, status="?", detail="answered remotely"
-    ),
-    "execution_interrupted": lambda eid, e: ExecutionInterrupted(
-        execution_id=eid, what_ran=e.get("what_ran")
-    ),
-}
-_STATUS = {
-    "completed": E.COMPLETED,
-    "waiting_for_interaction": E.WAITING_FOR_INTERACTION,
-    "running": E.RUNNING,
-    "error": E.FAILED,
-}
+@dataclass
+class Death:
+    server: str
+    status: int
+    deliberate: bool = False
 
 
-@dataclass(frozen=True)
-class RemoteView:
-    """What a client learns of an execution from the MCP answers."""
+@dataclass
+class Deployment:
+    """The servers of one run, their database, tools' data and evidence."""
 
-    id: str
-    status: E
-    result: JsonValue = None
-    error: JsonValue = None
-    what_ran: JsonValue = None
+    workdir: Path
+    settings: dict[str, str]
+    database_url: str = ""
+    key: str = ""
+    servers: dict[str, ServerProcess] = field(default_factory=dict)
+    deaths: list[Death] = field(default_factory=list)
+    #: The crash point still to be armed (it fires once), in one live server at a time.
+    pending_crash: CrashPoint | None = None
+    armed_in: ServerProcess | None = None
+
+    def __post_init__(self) -> None:
+        self.database_url = self.database_url or f"sqlite:///{self.workdir / 'lockgate.db'}"
+        self.evidence = self.workdir / "evidence.log"
+        self.log = self.workdir / "server.log"
+        self.db = open_engine(self.database_url)
+        upgrade(self.db)
+        self.key = ApiKeys(SqlStore(self.db)).create("sim").secret
+
+    def env(self, name: str, *, stop_at: CrashPoint | None = None) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "LOCKGATE_NOTES_DIR": str(self.workdir / "notes"),
+            "LOCKGATE_SECRET_NOTES_TOKEN": CANARY,
+            f"LOCKGATE_SECRET_{CANARY_TOKEN.upper()}": CANARY,
+            "LOCKGATE_INSTANCE_NAME": name,
+            "LOCKGATE_FAULT_EVIDENCE": str(self.evidence),
+            "PYTHONPATH": str(ROOT),
+        }
+        for key in ("LOCKGATE_CRASH_AT", "LOCKGATE_STOP_AT"):
+            env.pop(key, None)
+        for key, value in {**DEPLOYMENT_SETTINGS, **self.settings}.items():
+            env[f"LOCKGATE_{key.upper()}"] = value
+        if self.pending_crash is not None and not self._armed_alive():
+            env["LOCKGATE_CRASH_AT"] = self.pending_crash.name
+        if stop_at is not None:
+            env["LOCKGATE_STOP_AT"] = stop_at.name
+        return env
+
+    def _armed_alive(self) -> bool:
+        return self.armed_in is not None and self.armed_in.proc.poll() is None
+
+    def start(self, name: str = "sim-a", *, stop_at: CrashPoint | None = None) -> ServerProcess:
+        """Start `name`; a point reached during its boot kills it there, and it is started
+        again, as a supervisor would."""
+        for _ in range(MAX_RESTARTS + 1):
+            env = self.env(name, stop_at=stop_at)
+            try:
+                with open(self.log, "a", encoding="utf-8") as log:
+                    server = ServerProcess(name, env, log)
+            except ProcessKilled as killed:
+                assert killed.server is not None
+                self.died(killed.server)
+                continue
+            if "LOCKGATE_CRASH_AT" in env:
+                self.armed_in = server
+            if self.fired():
+                self.pending_crash = None
+            self.servers[name] = server
+            return server
+        raise RuntimeError(f"{name} could not be started")
+
+    def died(self, server: ServerProcess, *, deliberate: bool = False) -> None:
+        status = server.proc.wait()
+        self.deaths.append(Death(server.name, status, deliberate))
+        if self.fired():
+            self.pending_crash = None
+        if self.servers.get(server.name) is server:
+            del self.servers[server.name]
+
+    def restart(self, server: ServerProcess) -> ServerProcess:
+        self.died(server)
+        return self.start(server.name)
+
+    def check_alive_except(self, spared: ServerProcess) -> None:
+        for server in list(self.servers.values()):
+            if server is not spared and server.proc.poll() is not None:
+                raise ProcessKilled(f"{server.name} died ({server.proc.returncode})", server)
+
+    def check_alive(self) -> None:
+        """A server that died while nobody was asking it anything (its maintenance loop
+        reached the armed point) is found here, and restarted by the run's loop."""
+        for server in list(self.servers.values()):
+            if server.proc.poll() is not None:
+                raise ProcessKilled(f"{server.name} died ({server.proc.returncode})", server)
+
+    def evidence_lines(self) -> list[tuple[str, str]]:
+        if not self.evidence.exists():
+            return []
+        lines = self.evidence.read_text(encoding="utf-8").splitlines()
+        return [(parts[0], parts[1]) for line in lines if len(parts := line.split()) >= 2]
+
+    def fired(self) -> list[str]:
+        return [point for what, point in self.evidence_lines() if what == "fired"]
+
+    def reached(self) -> set[CrashPoint]:
+        return {CrashPoint.parse(p) for what, p in self.evidence_lines() if what == "reached"}
+
+    def close(self) -> None:
+        for server in list(self.servers.values()):
+            server.terminate()
+        self.db.dispose()
 
 
-class McpClient:
-    """The scenario client over MCP (a new 2025 session per call, as some clients do)."""
-
-    def __init__(self, start: Callable[[], ServerProcess], key: str) -> None:
-        self.start, self.key = start, key
-        self.server = start()
-        self.principal = "sim"
-        self.memory: dict[str, Any] = {}
-
-    def remember(self, key: str, compute: Any) -> Any:
-        if key not in self.memory:
-            self.memory[key] = compute()
-        return self.memory[key]
-
-    def _call(self, tool: str, arguments: dict[str, Any]) -> RemoteView:
-        async def call() -> dict[str, Any]:
-            headers = {"Authorization": f"Bearer {self.key}"}
-            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
-                transport = streamable_http_client(f"{self.server.url}/mcp", http_client=http)
-                async with Client(transport, mode="legacy") as client:
-                    result = await client.call_tool(tool, arguments)
-                    return dict(result.structured_content or {})
-
-        try:
-            answer = asyncio.run(call())
-        except BaseException as exc:  # the server died mid-request: a transport failure
-            if self.server.proc.poll() is None:
-                raise
-            raise ProcessKilled(f"the server died ({self.server.proc.returncode})") from exc
-        status = str(answer.get("status"))
-        eid = str(answer.get("executionId", arguments.get("executionId", "")))
-        if status in _ERRORS:
-            error = answer.get("error")
-            raise _ERRORS[status](eid, error if isinstance(error, dict) else {})
-        if status not in _STATUS:
-            raise ScenarioFailed(f"unexpected answer: {answer}")
-        return RemoteView(
-            id=eid,
-            status=_STATUS[status],
-            result=answer.get("result"),
-            error=answer.get("error"),
-        )
-
-    def execute(self, code: str) -> RemoteView:
-        return self._call("execute", {"code": code})
-
-    def resume(self, execution_id: str, action: Action) -> RemoteView:
-        return self._call("resume", {"executionId": execution_id, "action": str(action)})
-
-    def get(self, execution_id: str) -> RemoteView:
-        """The execution as it is: final outcomes that `resume` reports as errors are
-        states here, as the engine's own `get` gives them."""
-        try:
-            return self._call("resume", {"executionId": execution_id})
-        except ExecutionInterrupted as exc:
-            return RemoteView(execution_id, E.INTERRUPTED, what_ran=exc.what_ran)
-        except ExecutionExpired:
-            return RemoteView(execution_id, E.EXPIRED)
-        except ExecutionAlreadySettled:
-            return RemoteView(execution_id, E.CANCELLED)
+@contextmanager
+def deployment(
+    scenario: Scenario, database_url: str | None = None
+) -> Iterator[tuple[Deployment, Path]]:
+    workdir = Path(tempfile.mkdtemp(prefix="lockgate-simproc-"))
+    settings = {
+        k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in scenario.settings.items()
+    }
+    settings.update(scenario.real_process_settings)
+    deployed = Deployment(workdir, settings, database_url or "")
+    try:
+        yield deployed, workdir
+    finally:
+        deployed.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run_in_process(
-    scenario: Scenario, point: CrashPoint | None, database_url: str | None = None
+    scenario: Scenario,
+    point: CrashPoint | None,
+    database_url: str | None = None,
+    baseline: CallLists | None = None,
 ) -> RunResult:
-    """One scenario against a real `lockgate serve` process SIGKILLed at `point`."""
-    workdir = Path(tempfile.mkdtemp(prefix="lockgate-simproc-"))
-    url = database_url or f"sqlite:///{workdir / 'lockgate.db'}"
-    base_env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "LOCKGATE_NOTES_DIR": str(workdir / "notes"),
-        "LOCKGATE_SECRET_NOTES_TOKEN": CANARY,
-        "LOCKGATE_INSTANCE_NAME": "sim-proc",
-        "LOCKGATE_MAX_DURATION_SECS": "5",
-        "PYTHONPATH": str(ROOT),
-    }
-    for key, value in scenario.settings.items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        base_env[f"LOCKGATE_{key.upper()}"] = text
-    base_env.pop("LOCKGATE_CRASH_AT", None)
-    logs = workdir / "server.log"
+    """One scenario against real `lockgate serve` processes, SIGKILLed at `point`."""
+    from simulation.remote import RemoteClient, remote_drive
+
+    drive = remote_drive(scenario)
     trace: list[str] = []
-    kills = 0
-    servers: list[ServerProcess] = []
-    engine = open_engine(url)
-    upgrade(engine)
-    key = ApiKeys(SqlStore(engine)).create("sim").secret
-
     violations: list[Violation] = []
+    reached: set[CrashPoint] = set()
+    calls: CallLists = {}
     fired: list[CrashPoint] = []
-
-    def start() -> ServerProcess:
-        """Start the server; a point reached during its boot (recovery, the first
-        heartbeat) kills it there, and it is started again, as a supervisor would."""
-        nonlocal kills
-        for _ in range(MAX_RESTARTS + 1):
-            env = dict(base_env)
-            if point is not None and kills == 0:
-                env["LOCKGATE_CRASH_AT"] = point.name
-            try:
-                with open(logs, "a", encoding="utf-8") as log:
-                    server = ServerProcess(env, log)
-            except ProcessKilled as killed:
-                kills += 1
-                if point is not None:
-                    fired.append(point)
-                trace.append(f"KILLED (SIGKILL) during boot at {point}: {killed}")
-                continue
-            servers.append(server)
-            trace.append(f"server process {server.proc.pid} up on port {server.port}")
-            return server
-        raise RuntimeError("the server could not be started")
-
-    try:
-        client = McpClient(start, key)
-        for _ in range(MAX_RESTARTS + 1):
-            try:
-                scenario.drive(client)  # type: ignore[arg-type]
-                trace.append("client done")
-                break
-            except ProcessKilled as killed:
-                kills += 1
-                trace.append(f"KILLED (SIGKILL) at {point.name if point else '?'}: {killed}")
-                if point is not None:
-                    fired.append(point)
-                client.server = start()
-        for server in servers:
-            server.release()
-        effects = NotesSource(workdir / "notes").effects()
-        server_logs = logs.read_text(encoding="utf-8").splitlines()
-        # Real time does not pass beyond the sessions' leases here: a report still waiting
-        # for its session's next GET is a durable wait, not a loss.
-        violations += check_all(engine, effects, server_logs, CANARY, reports_may_wait=True)
-        if violations:
-            trace += ["persisted transitions:", *history(engine, [])]
-    except ScenarioFailed as failed:
-        violations.append(Violation("the client gets only legitimate answers", str(failed)))
-    finally:
-        for server in servers:
-            server.release()
-        engine.dispose()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with deployment(scenario, database_url) as (deployed, workdir):
+        deployed.pending_crash = point
+        try:
+            client = RemoteClient(deployed)
+            for _ in range(MAX_RESTARTS + 1):
+                try:
+                    drive(client)
+                    trace.append("client done")
+                    break
+                except ProcessKilled as killed:
+                    if killed.server is None:
+                        raise
+                    trace.append(f"{killed.server.name} died: {killed}")
+                    restarted = deployed.restart(killed.server)
+                    if killed.server is client.server:
+                        client.server = restarted
+            else:
+                violations.append(Violation("the client finishes", "the drive never ended"))
+            for server in list(deployed.servers.values()):
+                status = server.terminate()
+                trace.append(f"{server.name} stopped with {status}")
+            deployed.servers.clear()
+            fired = [CrashPoint.parse(p) for p in deployed.fired()]
+            trace += [f"{d.server} died with status {d.status}" for d in deployed.deaths]
+            violations += _deaths_checked(deployed, point, fired)
+            effects = NotesSource(workdir / "notes").effects()
+            server_logs = deployed.log.read_text(encoding="utf-8").splitlines()
+            # Real time does not pass beyond the sessions' leases here: a report still
+            # waiting for its session's next GET is a durable wait, not a loss.
+            violations += check_all(
+                deployed.db,
+                effects,
+                server_logs,
+                CANARY,
+                reports_may_wait=True,
+                baseline=baseline,
+                inbox=client.inbox,
+            )
+            calls = calls_made(deployed.db)
+            if violations:
+                trace += ["persisted transitions:", *history(deployed.db, [])]
+        except ScenarioFailed as failed:
+            violations.append(Violation("the client gets only legitimate answers", str(failed)))
+        reached = deployed.reached()
     return RunResult(
         scenario=scenario.name,
         plan=(point,) if point else (),
         fired=fired,
         after_last_crash=[],
-        reached=set(),
+        reached=reached,
         violations=violations,
         trace=trace,
+        calls=calls,
     )
 
 
-def sample(
-    plans: Sequence[tuple[Scenario, CrashPoint]], size: int | None, seed: int
-) -> list[tuple[Scenario, CrashPoint]]:
-    """`size` plans drawn with `seed` (all of them when size is None)."""
-    if size is None or size >= len(plans):
-        return list(plans)
-    return random.Random(seed).sample(list(plans), size)
+def _deaths_checked(
+    deployed: Deployment, point: CrashPoint | None, fired: list[CrashPoint]
+) -> list[Violation]:
+    out = []
+    if point is not None and point not in fired:
+        out.append(Violation("the armed point fires", f"{point.name} never fired"))
+    for death in deployed.deaths:
+        if death.status != -signal.SIGKILL:
+            out.append(
+                Violation(
+                    "a server dies only of the armed SIGKILL",
+                    f"{death.server} exited with status {death.status}",
+                )
+            )
+    killed = sum(1 for d in deployed.deaths if not d.deliberate)
+    if killed != len(fired):
+        out.append(
+            Violation(
+                "a server dies only of the armed SIGKILL",
+                f"{killed} servers died but {len(fired)} crash points fired",
+            )
+        )
+    return out
+
+
+@dataclass
+class Planned:
+    runs: list[RunResult]
+    scenarios: int
+
+
+def plan_runs(scenarios: Sequence[Scenario], size: int | None, seed: int) -> Planned:
+    """Real-process runs: each scenario once without faults (what it reaches, and the calls
+    it makes: the baseline of its crashed runs), then crashed at the points that run really
+    reached, every one of them (`size` None) or `size` drawn with `seed`. Scenarios that
+    no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`)."""
+    from simulation.remote import NO_CLIENT_DOOR
+
+    rng = random.Random(seed)
+    pool = [s for s in scenarios if s.name not in NO_CLIENT_DOOR]
+    if size is not None:
+        chosen = set(rng.sample(range(len(pool)), min(size, len(pool))))
+        pool = [s for i, s in enumerate(pool) if i in chosen]
+    runs: list[RunResult] = []
+    plans: list[tuple[Scenario, CrashPoint, CallLists]] = []
+    for scenario in pool:
+        free = run_in_process(scenario, None)
+        runs.append(free)
+        points = sorted(free.reached, key=lambda p: p.name)
+        plans += [(scenario, point, free.calls) for point in points]
+    if size is not None:
+        by_scenario: dict[str, list[tuple[Scenario, CrashPoint, CallLists]]] = {}
+        for plan in plans:
+            by_scenario.setdefault(plan[0].name, []).append(plan)
+        plans = [rng.choice(options) for options in by_scenario.values()]
+    for scenario, point, baseline in plans:
+        runs.append(run_in_process(scenario, point, baseline=baseline))
+    return Planned(runs, len(pool))
+
+
+__all__ = [
+    "Deployment",
+    "ProcessKilled",
+    "ServerProcess",
+    "plan_runs",
+    "run_in_process",
+    "until",
+]

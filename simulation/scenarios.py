@@ -50,8 +50,11 @@ class Scenario:
     drive: Drive
     #: Settings every incarnation of this scenario boots with.
     settings: dict[str, Any] = field(default_factory=dict)
-    #: Drives only through execute/resume/get, so it also runs against a real process.
+    #: Drives only through execute/resume/get, so the same drive runs against real processes
+    #: (the others have a real-process drive of their own in `simulation.remote`).
     portable: bool = True
+    #: Settings the real-process servers add (real time must cross the scenario's bounds).
+    real_process_settings: dict[str, str] = field(default_factory=dict)
 
 
 def decide(client: Client, key: str, action: Action) -> ExecutionView | None:
@@ -399,7 +402,11 @@ CATALOG: tuple[Scenario, ...] = (
         portable=False,
     ),
     Scenario(
-        "approval_expired", "Nobody decides before the deadline.", approval_expired, portable=False
+        "approval_expired",
+        "Nobody decides before the deadline.",
+        approval_expired,
+        real_process_settings={"approval_ttl": "2"},
+        portable=False,
     ),
     Scenario(
         "blocked_by_policy",
@@ -428,7 +435,14 @@ CATALOG: tuple[Scenario, ...] = (
         conservative_recovery,
         settings={"conservative_recovery": True},
     ),
-    Scenario("lease_takeover", "Two instances; a's lease lapses.", lease_takeover, portable=False),
+    Scenario(
+        "lease_takeover",
+        "Two instances; a's lease lapses.",
+        lease_takeover,
+        # The real-process drive stalls a mid-write: the write must not wait for a person.
+        real_process_settings={"policy": "notes.write=approve"},
+        portable=False,
+    ),
     Scenario(
         "graceful_shutdown", "An instance drains and stops.", graceful_shutdown, portable=False
     ),
@@ -453,6 +467,7 @@ CATALOG: tuple[Scenario, ...] = (
         "approval_deadline",
         "Only the clock moves: a paused run before, at and after its deadline.",
         approval_deadline,
+        real_process_settings={"approval_ttl": "2"},
         portable=False,
     ),
     Scenario(
@@ -466,12 +481,18 @@ CATALOG: tuple[Scenario, ...] = (
         "session_idle",
         "Only the clock moves: an idle session before, at and after its idle timeout.",
         session_idle,
+        real_process_settings={"session_idle_timeout": "2"},
         portable=False,
     ),
     Scenario(
         "session_cap",
         "Only the clock moves: a session with a request owed, at and around its cap.",
         session_cap,
+        real_process_settings={
+            "session_idle_timeout": "1",
+            "session_lease": "1",
+            "session_cap": "3",
+        },
         portable=False,
     ),
     Scenario(
@@ -499,6 +520,7 @@ CATALOG: tuple[Scenario, ...] = (
         "session_lease",
         "Idle and capped sessions expire; reports left uncollected.",
         session_lease,
+        real_process_settings={"session_idle_timeout": "2", "session_cap": "3"},
         portable=False,
     ),
 )

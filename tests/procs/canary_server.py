@@ -1,35 +1,14 @@
-"""`lockgate serve` with the canary tool source (simulation/canary.py) next to the notes tools.
+"""`lockgate serve` with the leaking canary tools: `simulation.serve`, under the name the
+tests start it by.
 
     python -m tests.procs.canary_server [--host H] [--port P]
-
-The same serve path as the console script (server.cli.run_server), configured through the
-environment only; the canary tools read their secret from `LOCKGATE_SECRET_CANARY_TOKEN`.
-They leak it into a result, an error message and an unexpected exception, so a test that
-finds no secret in what this server answered, logged or stored has proved the scrubbing.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-import typer
-
-from server.cli import run_server
-from simulation.canary import CanarySource
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.procs.canary_server")
-    parser.add_argument("--host", default=None)
-    parser.add_argument("--port", type=int, default=None)
-    args = parser.parse_args(argv)
-    try:
-        run_server(args.host, args.port, extra_sources=[CanarySource()])
-    except typer.Exit as stopped:  # a refused configuration: its message is already printed
-        return stopped.exit_code
-    return 0
-
+from simulation.serve import main
 
 if __name__ == "__main__":
     sys.exit(main())
