@@ -257,9 +257,14 @@ class Sessions:
             self.write.apply(Step(owed, "answer"), effect=lambda: True)
 
     def lose(self, owed: Record) -> None:
-        """No answer will come on this stream (closed, deadline passed, draining)."""
+        """No answer will come on this stream (closed, deadline passed, draining). If its
+        session already ended (a DELETE while the request ran), nobody can collect the
+        report: it is abandoned at once (a crash in between leaves it to recovery)."""
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(owed, "lose"))
+            session = self.get(str(owed.fields["session_id"]))
+            if session is not None and session.status not in _LIVE_SESSION:
+                self.write.apply(Step(owed, "abandon", {"session_ended": True}))
 
     def reported(self, lost: Record) -> None:
         """The -32010 error was written: the entry is settled."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,10 +41,13 @@ from sqlmodel import Session, col, select
 
 from machine.db.connect import open_engine
 from machine.db.schema import Execution, ToolCall, TransitionLog, metadata
+from machine.db.schema import Session as SessionRow
 from machine.engine import Action
 from machine.execution_errors import ExecutionExpired
 from machine.faults import InjectedCrash
 from machine.runtime import Runtime
+from machine.sessions import request_key
+from simulation.inbox import Inbox, collect
 from simulation.invariants import Violation, check_all, history
 from simulation.world import CANARY, LogCapture, World
 from spec import MACHINES, CrashPoint, MachineSpec, crash_points
@@ -64,9 +68,9 @@ APPROVAL_TTL = timedelta(minutes=10)
 #: Boots in a row that may crash (each armed point fires once, so this is never reached
 #: unless the harness itself is broken).
 MAX_BOOTS = 8
-#: The lifecycles the drivers cover (sessions and owed requests are driven through the MCP
-#: server, not the engine: they join when the harness drives a server).
-DRIVEN_MACHINES = ("execution", "tool_call", "instance")
+#: The lifecycles the drivers cover: sessions and owed requests are driven as the HTTP
+#: session gate drives them (the same `Sessions` methods, with a client's inbox).
+DRIVEN_MACHINES = ("execution", "tool_call", "instance", "session", "owed_request")
 #: The table holding each lifecycle's rows (for comparing stored statuses with the model).
 TABLE_OF = {
     "execution": "executions",
@@ -259,6 +263,10 @@ class Harness:
         self.crashes = 0
         #: The known executions paused when the harness last settled.
         self.waiting: list[str] = []
+        #: The client's sessions (opened by its `initialize`), and what it received on them.
+        self.sessions: list[str] = []
+        self.inbox = Inbox()
+        self._requests = 0
         self._plan: CrashPlan | None = None
         self._log_seen = 0
         self._edges = {
@@ -720,10 +728,132 @@ class Harness:
         return out
 
     def violations(self) -> list[Violation]:
-        """`simulation.invariants.check_all` on what is persisted (quiescent: nothing runs)."""
+        """`simulation.invariants.check_all` on what is persisted (quiescent: nothing runs;
+        a lost report may wait for its live session's next GET, a durable wait)."""
         return check_all(
-            self.engine, self.world.notes.effects(), self.capture.lines, CANARY, quiescent=True
+            self.engine,
+            self.world.notes.effects(),
+            self.capture.lines,
+            CANARY,
+            quiescent=True,
+            reports_may_wait=True,
+            inbox=self.inbox,
         )
+
+    # -- sessions and the ledger, as the HTTP session gate drives them ------------------------
+
+    def live_sessions(self) -> list[str]:
+        with Session(self.engine) as s:
+            rows = {r.id: r.status for r in s.exec(select(SessionRow))}
+        return [i for i in self.sessions if rows.get(i) in ("active", "idle")]
+
+    def session(self, data: Choices, runtime: Runtime) -> str:
+        """A live session of the client's (a new one, by an `initialize`, when none is live
+        or the client picks a new one)."""
+        live = self.live_sessions()
+        if live and pick(data, [False, True], "a session of its own") is False:
+            return pick(data, live, "session")
+
+        def open_session() -> None:
+            session_id = uuid.uuid4().hex
+            self.sessions.append(session_id)
+            runtime.sessions.open(session_id, PRINCIPAL, "2025-11-25", {"name": "h"}, {})
+            runtime.sessions.end_request(session_id)
+
+        self._act(runtime, open_session)
+        live = self.live_sessions()
+        return live[-1] if live else ""
+
+    def request_id(self) -> str:
+        self._requests += 1
+        return f"q{self._requests}"
+
+    def request(self, data: Choices, *, answered: bool) -> None:
+        """A tools/call on a session: owed, run, then answered (or its stream closes first
+        and the id is lost)."""
+        runtime = self.pick_runtime(data)
+        session_id = self.session(data, runtime)
+        if not session_id:
+            return
+        program = pick(data, CALLING_PROGRAMS, "program")
+        request_id = self.request_id()
+
+        def call() -> None:
+            sessions = runtime.sessions
+            self.inbox.sent(request_id)
+            sessions.begin_request(session_id)
+            owed = sessions.owe(session_id, request_id, "tools/call", None)
+            self.note(f"{runtime.settings.instance_name}: {request_id} on {session_id[:8]}")
+            if answered:
+                view = runtime.engine.execute(
+                    PRINCIPAL, program.code, session_id, request_key(session_id, request_id)
+                )
+                self.executions.setdefault(view.id, program)
+                self.inbox.answer(request_id)  # the response is written: the client has it
+                sessions.answered(owed)
+            else:
+                sessions.lose(owed)  # the client's stream closed before the answer
+            sessions.end_request(session_id)
+
+        self._act(runtime, call)
+
+    def collect(self, data: Choices) -> None:
+        """The client's collecting GET on one of its sessions."""
+        live = self.live_sessions()
+        if not live:
+            return
+        session_id = pick(data, live, "session")
+        runtime = self.pick_runtime(data)
+        self.note(f"{runtime.settings.instance_name}: GET on {session_id[:8]}")
+        self._act(runtime, lambda: collect(self.inbox, runtime.sessions, session_id))
+
+    def close_session(self, data: Choices, *, busy: bool = False) -> None:
+        """DELETE on a session (with a request still in flight, when `busy`)."""
+        runtime = self.pick_runtime(data)
+        session_id = self.session(data, runtime)
+        if not session_id:
+            return
+
+        def close() -> None:
+            owed = None
+            if busy:
+                runtime.sessions.begin_request(session_id)
+                owed = runtime.sessions.owe(session_id, self.request_id(), "tools/call", None)
+            self.note(f"{runtime.settings.instance_name}: DELETE {session_id[:8]}")
+            runtime.sessions.close(session_id)
+            if owed is not None:
+                runtime.sessions.lose(owed)  # the request's stream ends with its session
+
+        self._act(runtime, close)
+
+    def die_mid_request(self, data: Choices, *, after_close: bool = False) -> None:
+        """The process dies with a request in flight (its session active, the id owed); the
+        next incarnation's recovery releases the session and loses the id. With
+        `after_close`, the client closed the session first: the lost id is abandoned."""
+        runtime = self.pick_runtime(data)
+        session_id = self.session(data, runtime)
+        if not session_id:
+            return
+        name = runtime.settings.instance_name
+
+        def begin() -> None:
+            request_id = self.request_id()
+            self.inbox.sent(request_id)
+            runtime.sessions.begin_request(session_id)
+            runtime.sessions.owe(session_id, request_id, "tools/call", None)
+            if after_close:
+                runtime.sessions.close(session_id)
+
+        if self._act(runtime, begin):
+            self.note(f"{name}: dies with a request in flight")
+            self._drop(runtime)
+            self._boot(name)
+
+    def expire_sessions(self, data: Choices) -> None:
+        """Time passes beyond the sessions' idle timeout; a maintenance round sweeps."""
+        runtime = self.pick_runtime(data)
+        self.advance(runtime.sessions.policy.idle_timeout + timedelta(seconds=1))
+        self.heartbeat(data)
 
     def report(self, problems: Sequence[object], records: Sequence[str] = ()) -> str:
         """A failure message: the problems, what the harness did, and the records' history."""
@@ -885,6 +1015,46 @@ def crash_withdraw(h: Harness, data: Choices) -> None:
     )
 
 
+def session_request(h: Harness, data: Choices) -> None:
+    h.request(data, answered=True)
+
+
+def stream_closed(h: Harness, data: Choices) -> None:
+    h.request(data, answered=False)
+
+
+def report_lost(h: Harness, data: Choices) -> None:
+    """A request lost on its stream, then the client's GET that is told so."""
+    h.request(data, answered=False)
+    h.collect(data)
+
+
+def close_session(h: Harness, data: Choices) -> None:
+    h.close_session(data, busy=pick(data, [False, True], "a request in flight"))
+
+
+def abandon_reports(h: Harness, data: Choices) -> None:
+    """A report nobody collected: its session is closed (or expires) first."""
+    h.request(data, answered=False)
+    if pick(data, ["close", "expire"], "how the session ends") == "close":
+        h.close_session(data)
+    else:
+        h.expire_sessions(data)
+
+
+def die_mid_request(h: Harness, data: Choices) -> None:
+    h.die_mid_request(data)
+
+
+def die_after_close(h: Harness, data: Choices) -> None:
+    h.die_mid_request(data, after_close=True)
+
+
+def expire_sessions(h: Harness, data: Choices) -> None:
+    h.session(data, h.pick_runtime(data))
+    h.expire_sessions(data)
+
+
 def _driven_points(machines: Mapping[str, MachineSpec]) -> list[CrashPoint]:
     return [p for m in DRIVEN_MACHINES if m in machines for p in crash_points(machines[m])]
 
@@ -902,6 +1072,11 @@ _ACTIONS: Mapping[str, Driver] = {
     "expire": expire,
     "heartbeat": heartbeat,
     "graceful restart": graceful_restart,
+    "session request": session_request,
+    "stream closed": stream_closed,
+    "collecting GET": report_lost,
+    "DELETE": close_session,
+    "sessions expire": expire_sessions,
 }
 
 
@@ -954,6 +1129,17 @@ DRIVERS: Mapping[tuple[str, str], Driver] = {
     ("instance", "drain"): graceful_restart,
     ("instance", "stop"): graceful_restart,
     ("instance", "declare_dead"): lose_instance,
+    ("session", "begin_request"): session_request,
+    ("session", "end_request"): session_request,
+    ("session", "destroy"): expire_sessions,
+    ("session", "close"): close_session,
+    ("session", "release"): die_mid_request,
+    ("owed_request", "answer"): session_request,
+    ("owed_request", "lose"): stream_closed,
+    ("owed_request", "report"): report_lost,
+    ("owed_request", "abandon"): abandon_reports,
+    ("owed_request", "abandon_on_crash"): die_after_close,
+    ("owed_request", "lose_in_crash"): die_mid_request,
 }
 
 

@@ -1,7 +1,9 @@
 """The lifecycle spec as a Hypothesis state machine, run against the real engine.
 
 `lifecycle_state_machine()` builds the rules from `spec.MACHINES`: one rule per (machine,
-event) of the driven lifecycles (execution, tool_call, instance), each calling that event's
+event) of the driven lifecycles (execution, tool_call, instance, session, owed_request: the
+sessions and the ledger driven as the HTTP gate drives them, with the client's inbox), each
+calling that event's
 driver in `simulation.harness.DRIVERS`, plus `crash_and_restart` (a crash point of the spec
 armed around a client or operator action, the crashed instance booted again and recovering),
 `restart` (a graceful restart) and `advance_clock`. Adding an event to the spec adds a rule,
@@ -15,8 +17,9 @@ replays the new transitions through the spec; the invariants below only read:
 - every execution answered what its program gives for the decisions recorded on its calls
   (or ended expired, cancelled or interrupted).
 
-A failure shrinks to a minimal sequence of rules, printed with what the harness did and the
-persisted history of the records involved.
+A failure shrinks to a minimal sequence of rules (for at most `SHRINK_SECONDS`, well inside
+the test's time limit, so it is always printed), printed with each draw, what the harness
+did, the persisted history of the records involved and a `@reproduce_failure` blob.
 
 How long it runs: `LOCKGATE_LIFECYCLE_PROFILE` = `ci` (the default: derandomized, so every run
 explores the same sequences: 30 of up to 20 rules, about 30 s on two cores), `long`
@@ -45,6 +48,7 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.stateful import (
     RULE_MARKER,
     RuleBasedStateMachine,
@@ -55,7 +59,9 @@ from hypothesis.stateful import (
 )
 
 from machine.faults import Faults
+from machine.records import Record
 from machine.recovery import Recovery
+from machine.sessions import Sessions
 from machine.write_path import Applied, Step
 from simulation.harness import (
     APPROVAL_TTL,
@@ -92,6 +98,19 @@ if PROFILE not in PROFILES:
     raise ValueError(f"LOCKGATE_LIFECYCLE_PROFILE={PROFILE!r}: choose one of {sorted(PROFILES)}")
 #: pytest-timeout's limit for the generated test in each profile (0: none).
 TIMEOUTS: Mapping[str, int] = {"ci": 300, "long": 3600, "soak": 0}
+#: How long Hypothesis may shrink a failure before it prints the smallest found so far:
+#: well inside the test's time limit, so a failure is always printed, never cut off.
+SHRINK_SECONDS: Mapping[str, int] = {"ci": 90, "long": 600, "soak": 1800}
+
+
+@pytest.fixture
+def shrink_budget(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Bound Hypothesis's shrinking (its documented knob for this); the default is 300 s."""
+
+    def bound(seconds: int) -> None:
+        monkeypatch.setattr(conjecture_engine, "MAX_SHRINKING_SECONDS", seconds)
+
+    return bound
 
 
 def _scratch() -> str | None:
@@ -219,7 +238,8 @@ def _rule_names(cls: type[RuleBasedStateMachine]) -> set[str]:
 
 
 @pytest.mark.timeout(TIMEOUTS[PROFILE])
-def test_the_spec_as_a_state_machine() -> None:
+def test_the_spec_as_a_state_machine(shrink_budget: Callable[[int], None]) -> None:
+    shrink_budget(SHRINK_SECONDS[PROFILE])
     run_state_machine_as_test(lifecycle_state_machine(), settings=PROFILES[PROFILE])
 
 
@@ -314,13 +334,42 @@ def _never_marks_in_doubt(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Recovery, "recover_execution", recover_execution)
 
 
-def test_a_planted_recovery_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_planted_recovery_bug_is_found(
+    monkeypatch: pytest.MonkeyPatch, shrink_budget: Callable[[int], None]
+) -> None:
+    """Found, shrunk within its budget, and printed: the steps that fail, the draws they
+    made, and the blob that replays them."""
     _never_marks_in_doubt(monkeypatch)
+    shrink_budget(30)
+    quick = settings(
+        PROFILES["ci"],
+        max_examples=60,
+        stateful_step_count=10,
+        phases=[Phase.generate, Phase.shrink],
+    )
+    with pytest.raises(AssertionError, match=r"left in flight|in doubt") as failed:
+        run_state_machine_as_test(lifecycle_state_machine(), settings=quick)
+    printed = "\n".join(getattr(failed.value, "__notes__", []))
+    assert "state = GeneratedLifecycle()" in printed, printed
+    assert "(crash point): CrashPoint(" in printed, printed
+    assert "@reproduce_failure(" in printed, printed
+
+
+def test_a_planted_ledger_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness drives sessions and the ledger too: a session that ends without settling
+    its uncollected reports (and no recovery to make up for it) leaves ids lost forever."""
+    monkeypatch.setattr(Sessions, "_abandon_steps", lambda self, session_id: [])
+    monkeypatch.setattr(Sessions, "_abandon_ended", lambda self: 0)
+    monkeypatch.setattr(Sessions, "lose", _lose_without_abandoning)
     quick = settings(
         PROFILES["ci"], max_examples=60, stateful_step_count=10, phases=[Phase.generate]
     )
-    with pytest.raises(AssertionError, match=r"left in flight|in doubt"):
+    with pytest.raises(AssertionError, match=r"is still lost"):
         run_state_machine_as_test(lifecycle_state_machine(), settings=quick)
+
+
+def _lose_without_abandoning(self: Sessions, owed: Record) -> None:
+    self.write.apply(Step(owed, "lose"))
 
 
 # -- what one process at a time cannot reach -------------------------------------------------
