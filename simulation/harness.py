@@ -47,6 +47,7 @@ from machine.execution_errors import ExecutionExpired
 from machine.faults import InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import request_key
+from simulation.canary import LEAKING_CODE
 from simulation.inbox import Inbox, collect
 from simulation.invariants import Violation, check_all, history
 from simulation.world import CANARY, LogCapture, World
@@ -143,6 +144,9 @@ LIST_TWICE = Program(
     _ends(E.COMPLETED, True),
 )
 NO_CALLS = Program("no_calls", "x = 20\nx + 22", _ends(E.COMPLETED, 42))
+#: Tools that leak their secret into a result, an error and an exception (simulation.canary):
+#: the canary invariant holds only because the engine scrubs them.
+LEAKY = Program("leaky", LEAKING_CODE, _ends(E.COMPLETED))
 RAISES = Program("raises", "raise ValueError('broken')", {(): RAISED})
 LIST_THEN_RAISE = Program(
     "list_then_raise", "tools.notes.list()\nraise ValueError('broken')", {(): RAISED}
@@ -192,7 +196,7 @@ TWO_WRITES = Program(
 )
 
 CALLING_PROGRAMS = (LIST_ONCE, LIST_TWICE)
-AUTO_PROGRAMS = (*CALLING_PROGRAMS, NO_CALLS)
+AUTO_PROGRAMS = (*CALLING_PROGRAMS, NO_CALLS, LEAKY)
 FAILING_PROGRAMS = (RAISES, LIST_THEN_RAISE, READ_MISSING)
 TOOL_FAILURE_PROGRAMS = (READ_MISSING_CAUGHT, READ_MISSING)
 PAUSING_PROGRAMS = (WRITE_THEN_READ, WRITE_CAUGHT, TWO_WRITES)
