@@ -256,6 +256,27 @@ class SessionClient:
             self.inbox.answer(str(data.get("id")))
         return data
 
+    def drop(self, request_id: str, *, sent: bool = True) -> None:
+        """tools/call with code that runs a while; the client goes away after the first
+        bytes of the stream (its priming event). `sent`: the client counts the request as
+        its own (it then expects its -32010)."""
+        if sent:
+            self.inbox.sent(request_id)
+        message = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"code": _compute(3_000_000)}},
+        }
+
+        def abandon() -> None:
+            url = f"{self.client.server.url}/mcp"
+            with httpx2.stream("POST", url, headers=self._headers(), json=message, timeout=30) as r:
+                for _ in r.iter_bytes():
+                    break
+
+        self._guard(abandon)
+
     def collect(self) -> None:
         """The collecting GET: acknowledges what it read last, reads the reports written."""
 
@@ -350,23 +371,7 @@ def stream_lost(client: RemoteClient) -> None:
     closed abnormally) and reported on the session's next GET."""
     session = _session(client)
     if not client.memory.get("lost"):
-        client.inbox.sent("s-1")
-        message = {
-            "jsonrpc": "2.0",
-            "id": "s-1",
-            "method": "tools/call",
-            "params": {"name": "execute", "arguments": {"code": _compute(3_000_000)}},
-        }
-
-        def abandon() -> None:
-            url = f"{client.server.url}/mcp"
-            with httpx2.stream(
-                "POST", url, headers=session._headers(), json=message, timeout=30
-            ) as r:
-                for _ in r.iter_bytes():
-                    break  # the first bytes (the priming event): then the client goes away
-
-        session._guard(abandon)
+        session.drop("s-1")
         client.memory["lost"] = True
     until(lambda: _owed_settled_or_lost(client, "s-1"), "the dropped request is lost")
     session.collect()
@@ -431,29 +436,12 @@ def session_lease(client: RemoteClient) -> None:
     """A lost report nobody collects ends uncollected when its session expires."""
     session = _session(client)
     if not client.memory.get("lost"):
-        stream_lost_without_collecting(client, session)
+        session.drop("b-1", sent=False)
         client.memory["lost"] = True
     until(
         lambda: _session_status(client, session.session_id) == "expired",
         "the session with an uncollected report expires",
     )
-
-
-def stream_lost_without_collecting(client: RemoteClient, session: SessionClient) -> None:
-    message = {
-        "jsonrpc": "2.0",
-        "id": "b-1",
-        "method": "tools/call",
-        "params": {"name": "execute", "arguments": {"code": _compute(2_000_000)}},
-    }
-
-    def abandon() -> None:
-        url = f"{client.server.url}/mcp"
-        with httpx2.stream("POST", url, headers=session._headers(), json=message, timeout=30) as r:
-            for _ in r.iter_bytes():
-                break
-
-    session._guard(abandon)
 
 
 def approval_expires(client: RemoteClient) -> None:
@@ -467,26 +455,6 @@ def approval_expires(client: RemoteClient) -> None:
     expect(client.get(view.id).status == E.EXPIRED, "the expired execution is read otherwise")
     after = decide(client, "e.id", Action.ACCEPT)  # type: ignore[arg-type]
     expect(after is not None and after.status == E.EXPIRED, f"a late decision gave {after}")
-
-
-def concurrent_resume(client: RemoteClient) -> None:
-    started(client, "e", WRITE_THEN_READ)  # type: ignore[arg-type]
-    answers: list[object] = []
-    failures: list[BaseException] = []
-
-    def resume() -> None:
-        try:
-            answers.append(decide(client, "e.id", Action.ACCEPT))  # type: ignore[arg-type]
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=resume) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
 
 
 def resume_after_restart(client: RemoteClient) -> None:
@@ -652,7 +620,6 @@ REMOTE: dict[str, RemoteDrive] = {
     "leaky_tools": leaky_tools,
     "approval_expired": approval_expires,
     "approval_deadline": approval_expires,
-    "concurrent_resume": concurrent_resume,
     "resume_after_restart": resume_after_restart,
     "lease_takeover": stalled("tool_call:dispatch:approved->dispatched:before_commit", kill=True),
     "instance_lease": stalled("tool_call:dispatch:approved->dispatched:before_commit"),

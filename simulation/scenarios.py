@@ -415,7 +415,7 @@ CATALOG: tuple[Scenario, ...] = (
         settings={"policy": "notes.delete=block"},
     ),
     Scenario("duplicate_resume", "The same decision sent twice.", duplicate_resume),
-    Scenario("concurrent_resume", "Two resumes at once.", concurrent_resume, portable=False),
+    Scenario("concurrent_resume", "Two resumes at once.", concurrent_resume),
     Scenario(
         "resume_after_restart",
         "Resumed by a later incarnation.",
