@@ -195,3 +195,20 @@ def test_the_machines_given_are_the_ones_obeyed(make_runtime: MakeRuntime) -> No
     # The error names the record, so an operator can find it.
     assert str(refused.value).startswith("session s: 'begin_request' is not a transition")
     assert session_status(runtime, "s") == "idle"
+
+
+def test_observers_are_told_each_committed_transaction(make_runtime: MakeRuntime) -> None:
+    """What the metrics see: every committed transaction's changes, once; nothing of a
+    write that conflicted."""
+    runtime = make_runtime()
+    session = opened(runtime)
+    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    seen: list[list[tuple[str, str, str]]] = []
+    runtime.engine.write.observers.append(
+        lambda changes: seen.append([(c.record_id, c.source, c.dest) for c in changes])
+    )
+    stale = Record(session.machine, session.id, session.status, session.version, {})
+    runtime.engine.write.apply(Step(session, "end_request"), Step(owed, "lose"))
+    with pytest.raises(Conflict):
+        runtime.engine.write.apply(Step(stale, "close"))
+    assert seen == [[("s", "active", "idle"), (owed.id, "owed", "lost")]]
