@@ -6,6 +6,7 @@ violation, stale diagrams); 2 the command could not run as asked (bad usage, mis
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -115,6 +116,9 @@ def simulate(
         typer.Option(help="Run only this plan: crash point names, comma-separated."),
     ] = None,
     report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
+    jobs: Annotated[
+        int, typer.Option(min=1, help="Processes sweeping scenarios in parallel (in process).")
+    ] = max(1, min(4, os.cpu_count() or 1)),
 ) -> None:
     """Crash the engine at every transition of every scenario, restart, check invariants."""
     from simulation import real_process as processes
@@ -128,7 +132,7 @@ def simulate(
         plan = [CrashPoint.parse(n) for n in crash_at.split(",")] if crash_at else None
     except (KeyError, ValueError) as exc:
         raise _fail(str(exc).strip("'\""), 2) from None
-    result = sweep(chosen, only=plan)
+    result = sweep(chosen, only=plan, jobs=jobs)
     mode = "in-process"
     if real_process:
         picked = processes.plan_runs(chosen, None if exhaustive else sample_size, seed)

@@ -12,10 +12,13 @@ what was persisted.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import shutil
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,38 +188,73 @@ class SweepReport:
 def sweep(
     scenarios: Sequence[Scenario] = CATALOG,
     *,
-    database_url_factory: Callable[[], str | None] = lambda: None,
+    database_url_factory: Callable[[], str | None] | None = None,
     only: Sequence[CrashPoint] | None = None,
     progress: Callable[[RunResult], None] = lambda r: None,
+    jobs: int = 1,
 ) -> SweepReport:
-    """Every scenario at every crash point it reaches (or only the plan in `only`)."""
+    """Every scenario at every crash point it reaches (or only the plan in `only`).
+
+    Scenarios are independent (each run has its own database and tools' data), so with
+    `jobs` > 1 they are swept in that many forked processes; the report is the same. A
+    `database_url_factory` (runs on PostgreSQL) keeps the sweep in this process."""
     report = SweepReport()
+    if jobs > 1 and database_url_factory is None and len(scenarios) > 1:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            names = [s.name for s in scenarios]
+            plan = tuple(only) if only is not None else None
+            for runs in pool.map(_sweep_by_name, names, [plan] * len(names)):
+                for result in runs:
+                    _record(report, result)
+                    progress(result)
+        return report
     for scenario in scenarios:
-        baseline: CallLists | None = None
-        if only is not None:
-            baseline = _run(scenario, (), database_url_factory()).calls
-        queue: list[tuple[CrashPoint, ...]] = [tuple(only)] if only is not None else [()]
-        planned = set(queue)
-        while queue:
-            plan = queue.pop(0)
-            result = _run(scenario, plan, database_url_factory(), baseline)
-            if not plan:
-                baseline = result.calls
-            report.runs.append(result)
+        for result in _sweep_scenario(scenario, only, database_url_factory or (lambda: None)):
+            _record(report, result)
             progress(result)
-            for point in result.reached:
-                report.coverage[point].add(scenario.name)
-            if only is not None or len(plan) >= MAX_DEPTH:
-                continue
-            # Deeper plans: crash again at each point first reached after the last crash.
-            base = tuple(result.fired) if plan else ()
-            for point in dict.fromkeys(result.after_last_crash):
-                candidate = (*base, point)
-                fresh = not plan or point not in _reached_without_crash(report, scenario)
-                if len(candidate) <= MAX_DEPTH and candidate not in planned and fresh:
-                    planned.add(candidate)
-                    queue.append(candidate)
     return report
+
+
+def _record(report: SweepReport, result: RunResult) -> None:
+    report.runs.append(result)
+    for point in result.reached:
+        report.coverage[point].add(result.scenario)
+
+
+def _sweep_by_name(name: str, only: tuple[CrashPoint, ...] | None) -> list[RunResult]:
+    from simulation.scenarios import by_name
+
+    return list(_sweep_scenario(by_name(name), only, lambda: None))
+
+
+def _sweep_scenario(
+    scenario: Scenario,
+    only: Sequence[CrashPoint] | None,
+    database_url_factory: Callable[[], str | None],
+) -> Iterator[RunResult]:
+    baseline: CallLists | None = None
+    if only is not None:
+        baseline = _run(scenario, (), database_url_factory()).calls
+    queue: list[tuple[CrashPoint, ...]] = [tuple(only)] if only is not None else [()]
+    planned = set(queue)
+    fault_free: set[CrashPoint] = set()
+    while queue:
+        plan = queue.pop(0)
+        result = _run(scenario, plan, database_url_factory(), baseline)
+        if not plan:
+            baseline, fault_free = result.calls, result.reached
+        yield result
+        if only is not None or len(plan) >= MAX_DEPTH:
+            continue
+        # Deeper plans: crash again at each point first reached after the last crash.
+        base = tuple(result.fired) if plan else ()
+        for point in dict.fromkeys(result.after_last_crash):
+            candidate = (*base, point)
+            fresh = not plan or point not in fault_free
+            if len(candidate) <= MAX_DEPTH and candidate not in planned and fresh:
+                planned.add(candidate)
+                queue.append(candidate)
 
 
 def _run(
@@ -225,16 +263,11 @@ def _run(
     database_url: str | None,
     baseline: CallLists | None = None,
 ) -> RunResult:
-    workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-"))
+    # A memory-backed directory when there is one: every commit is fsynced, and the runs
+    # need no durability beyond the run (the crash is simulated, the machine stays up).
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-", dir=scratch))
     try:
         return run_plan(scenario, plan, workdir, database_url, baseline)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _reached_without_crash(report: SweepReport, scenario: Scenario) -> set[CrashPoint]:
-    """Points the fault-free run of a scenario passes (already swept at depth one)."""
-    for run in report.runs:
-        if run.scenario == scenario.name and not run.plan:
-            return run.reached
-    return set()
