@@ -191,8 +191,10 @@ class OwedResponse:
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
             self.finished = True
         else:
+            # More follows either way: the end of the stream, ours or the SDK's. (A report
+            # that ended the response itself made the empty end a second, refused message.)
             await self._send(
-                {"type": "http.response.body", "body": sse_event(error), "more_body": not final}
+                {"type": "http.response.body", "body": sse_event(error), "more_body": True}
             )
             if final:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -207,10 +209,12 @@ class OwedResponse:
     async def give_up(self) -> None:
         """The deadline passed or the server drains: answer -32010 and end the response."""
         async with self._lock:
-            if self.settled or self.finished:
+            if self.settled:
                 return
-            if self.started and not self.sse:
-                # A JSON response is under way and cannot take a second message.
+            if self.finished or (self.started and not self.sse):
+                # The response ended without the answer (a JSON one, or an error status), or
+                # a JSON response is under way and cannot take a second message: the id is
+                # lost, for the session's next GET.
                 await to_thread.run_sync(self.sessions.lose, self.owed)
                 self.settled = True
                 return
