@@ -105,5 +105,5 @@ class PostgresServer:
         name = f"t_{uuid.uuid4().hex[:16]}"
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             clause = f" TEMPLATE {template}" if template else ""
-            conn.execute(f"CREATE DATABASE {name}{clause}")  # type: ignore[arg-type]
+            conn.execute(f"CREATE DATABASE {name}{clause}")
         return name

@@ -198,7 +198,7 @@ class Command:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.communicate()
-            pytest.fail(f"{self.popen.args} did not finish in {timeout:g} s")
+            pytest.fail(f"{self.popen.args!r} did not finish in {timeout:g} s")
         return subprocess.CompletedProcess(self.popen.args, self.popen.returncode, stdout, stderr)
 
     def key(self, principal: str) -> Key:
@@ -324,7 +324,7 @@ async def mcp_client(url: str, key: str | None, mode: str) -> AsyncIterator[Clie
     try:
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30.0) as http,
-            Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
+            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
         ):
             yield client
             finished = True

@@ -53,7 +53,7 @@ def test_the_sweep_catches_a_retry_of_a_non_idempotent_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(Recovery, "recover_execution", careless_recovery)
-    monkeypatch.setitem(bindings.BINDINGS["tool_call"].guards, "retry_allowed", lambda f: True)  # type: ignore[index]
+    monkeypatch.setitem(bindings.BINDINGS["tool_call"].guards, "retry_allowed", lambda f: True)
     point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
     report = sweep([by_name("in_doubt_non_idempotent")], only=[point])
     [run] = report.runs
