@@ -5,11 +5,15 @@ sessions and debts are taken over."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 from sqlmodel import select
 
 from machine.db.schema import OwedRequest, Session
@@ -17,12 +21,14 @@ from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
 from server.durable_sessions import restored_params
+from server.session_gate import SessionGate
 from spec import CrashPoint
 from tests.server_fixtures import run
 from tests.session_helpers import (
     PROTOCOL,
     URL,
     FakeClock,
+    eventually,
     headers,
     key_for,
     raw_initialize,
@@ -457,3 +463,60 @@ def test_recovery_that_lost_one_session_goes_on_with_the_rest(make_runtime: Make
     faults.session_id = first
     assert here.sessions.recover() == 1  # the other instance closed the first one
     assert (status(here, first), status(here, second)) == ("closed", "idle")
+
+
+def test_restored_initialize_parameters_keep_the_stored_capabilities(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    caps: JsonValue = {"roots": {"listChanged": True}, "elicitation": {}}
+    runtime.sessions.open("s", "alice", PROTOCOL, {"name": "c", "version": "2"}, caps)
+    row = runtime.sessions.get("s")
+    assert row is not None
+    params = restored_params(row)
+    assert params.capabilities.roots is not None
+    assert params.capabilities.roots.list_changed is True
+    assert params.capabilities.elicitation is not None
+
+
+def test_a_revived_session_runs_tools_and_replays_its_own_streams_only(
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another instance revives the session: a tool call runs there, its stream can be
+    resumed there (and only on that session), and a DELETE lets the transport go."""
+    first = make_runtime(instance_name="first")
+    key = key_for(first, "alice")
+    second = make_runtime(instance_name="second")
+    execute = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "execute", "arguments": {"code": "6 * 7"}},
+    }
+
+    async def scenario() -> None:
+        async with serving(first) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+        async with serving(second) as (http, auth):
+            gate = auth.app
+            assert isinstance(gate, SessionGate)
+            assert not gate.held(session_id)
+            caplog.set_level(logging.INFO, logger="lockgate.sessions")
+            answer = await http.post(URL, headers=headers(key, session_id), json=execute)
+            assert answer.status_code == 200, answer.text
+            assert f"revived session {session_id} from its row" in caplog.messages
+            [message] = sse_messages(answer.content)
+            assert message["id"] == 2 and "error" not in message, message
+            assert "42" in json.dumps(message["result"])
+            assert gate.held(session_id)
+            event_ids = re.findall(r"^id: (\S+)", answer.text, re.MULTILINE)
+            assert event_ids, answer.text  # the priming event, at least
+            assert gate.replayable(session_id, event_ids[0])
+            assert not gate.replayable(session_id, "2:999")
+            assert not gate.replayable("another-session", event_ids[0])
+            closed = await http.delete(URL, headers=headers(key, session_id))
+            assert closed.status_code == 200
+            await eventually(lambda: not gate.held(session_id), "the transport to go")
+            assert not gate.replayable(session_id, event_ids[0])
+
+    run(scenario())
