@@ -73,6 +73,7 @@ def test_an_event_id_that_is_not_a_reports_acknowledges_nothing() -> None:
         f"7:r{A}0",  # 33
         f"7:r{A.upper()}",  # not lower-case hex
         f"7:r{A[:-1]}g",
+        f"7:r{A[:-1]}X",
         "_GET_stream:0",  # the SDK's own event ids
         "7:r" + ".".join([A] * (MAX_REPORTS_PER_RESPONSE + 1)),  # more than one response
     ]

@@ -520,3 +520,29 @@ def test_a_revived_session_runs_tools_and_replays_its_own_streams_only(
             assert not gate.replayable(session_id, event_ids[0])
 
     run(scenario())
+
+
+def test_a_session_request_naming_another_host_is_refused_by_the_transport(
+    make_runtime: MakeRuntime,
+) -> None:
+    """/mcp's Host and Origin checks are the SDK transport's: every session's transport,
+    opened or revived, carries the server's security settings."""
+    first = make_runtime(instance_name="first")
+    key = key_for(first, "alice")
+    second = make_runtime(instance_name="second")
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def scenario() -> None:
+        async with serving(first) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+            bad_host = headers(key, session_id, Host="evil.example")
+            refused = await http.post(URL, headers=bad_host, json=listed)
+            assert refused.status_code == 421, refused.text
+        async with serving(second) as (http, _):  # revived here
+            bad_origin = headers(key, session_id, Origin="http://evil.example")
+            refused = await http.post(URL, headers=bad_origin, json=listed)
+            assert refused.status_code == 403, refused.text
+            ok = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert ok.status_code == 200, ok.text
+
+    run(scenario())
