@@ -495,13 +495,14 @@ def test_a_revived_session_runs_tools_and_replays_its_own_streams_only(
     }
 
     async def scenario() -> None:
+        caplog.set_level(logging.INFO, logger="lockgate.sessions")
         async with serving(first) as (http, _):
             session_id = await raw_initialize(http, URL, key)
+        assert f"opened session {session_id}" in caplog.messages
         async with serving(second) as (http, auth):
             gate = auth.app
             assert isinstance(gate, SessionGate)
             assert not gate.held(session_id)
-            caplog.set_level(logging.INFO, logger="lockgate.sessions")
             answer = await http.post(URL, headers=headers(key, session_id), json=execute)
             assert answer.status_code == 200, answer.text
             assert f"revived session {session_id} from its row" in caplog.messages
@@ -509,6 +510,8 @@ def test_a_revived_session_runs_tools_and_replays_its_own_streams_only(
             assert message["id"] == 2 and "error" not in message, message
             assert "42" in json.dumps(message["result"])
             assert gate.held(session_id)
+            # The priming event tells the client how soon to reconnect (the configured retry).
+            assert f"retry: {second.settings.sse_retry_ms}" in answer.text
             event_ids = re.findall(r"^id: (\S+)", answer.text, re.MULTILINE)
             assert event_ids, answer.text  # the priming event, at least
             assert gate.replayable(session_id, event_ids[0])
