@@ -588,7 +588,10 @@ def test_a_body_that_is_not_json_is_a_parse_error(make_runtime: MakeRuntime) -> 
             assert reply.status == 400
             error = reply.json()["error"]
             assert error["code"] == -32700
-            assert error["message"].startswith("Parse error")
+            assert error["message"] == (
+                "Parse error: the request body is not valid JSON (or nests deeper, or holds a "
+                "longer number, than this server reads). Send one JSON-RPC message."
+            )
 
     run(scenario())
     assert transport.scopes == []
@@ -768,8 +771,11 @@ def test_a_principal_at_its_session_limit_is_refused_a_new_one(make_runtime: Mak
         assert reply.headers[b"retry-after"] == b"5"
         error = reply.json()["error"]
         assert error["code"] == OVER_LIMIT
-        assert "has 2 live sessions" in error["message"]
-        assert "LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL=2" in error["message"]
+        assert error["message"] == (
+            "Too many open sessions: this API key's principal has 2 live sessions, the limit "
+            "(LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL=2). Reuse an open session, or close unused "
+            "ones (HTTP DELETE with their Mcp-Session-Id) and retry."
+        )
         bobs = gate_for(runtime, Transport(opening("b2")), max_sessions_per_principal=2)
         request = scope(session_id=None, principal="bob")
         assert (await exchange(bobs, request, initialize())).status == 200
@@ -917,7 +923,10 @@ def test_resuming_a_stream_with_nothing_left_to_say_is_an_error(
         gone = await exchange(gate, scope("GET", last_event_id="9:3"))
         assert gone.status == 404
         error = gone.json()["error"]
-        assert error["code"] == -32600 and error["message"].startswith("Nothing to resume")
+        assert error["code"] == -32600
+        assert error["message"] == (
+            "Nothing to resume on this stream: its request was already answered or reported."
+        )
         for event_id in ("7:3", "8:1", "plain"):
             assert (await exchange(gate, scope("GET", last_event_id=event_id))).status == 202
 
@@ -946,8 +955,16 @@ def test_a_listening_get_ends_when_the_server_drains(make_runtime: MakeRuntime) 
 
 
 def test_a_listening_get_not_drained_ends_with_its_transport(make_runtime: MakeRuntime) -> None:
+    """The transport reads the client's messages (its disconnect ends the stream)."""
     runtime = make_runtime()
     opened(runtime)
-    gate = gate_for(runtime, Transport(sse_script(PRIMING)))
-    reply = run(exchange(gate, scope("GET")))
+    inner = sse_script(PRIMING)
+
+    async def listening(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        await inner(scope, receive, send)
+
+    gate = gate_for(runtime, Transport(listening))
+    reply = run(exchange(gate, scope("GET"), then=[{"type": "http.disconnect"}]))
     assert reply.body == PRIMING and reply.ended
