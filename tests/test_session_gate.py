@@ -732,7 +732,11 @@ def test_an_initialize_that_opened_no_session_records_none(make_runtime: MakeRun
     runtime = make_runtime()
 
     async def scenario() -> None:
-        for script in (opening(None), opening("refused", status=400)):
+        async def bare(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200})  # no headers at all
+            await send({"type": "http.response.body", "body": data(answer(0))})
+
+        for script in (opening(None), opening("refused", status=400), bare):
             gate = gate_for(runtime, Transport(script))
             await exchange(gate, scope(session_id=None), initialize())
         # Not a request (no id): the transport's, never a session.
