@@ -844,6 +844,7 @@ def test_a_listening_get_carries_the_lost_reports_under_acknowledging_ids(
     expected = report_event_ids("_GET_stream", [_rec(first), _rec(second)])
     assert ids == expected
     assert reply.ended and all(m.get("more_body") for m in reply.bodies[:-1])
+    assert reply.bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
     assert transport.scopes == []  # the reports are the whole response
     assert {row.status for row in owed_rows(runtime)} == {"reported"}
     again = run(exchange(gate, scope("GET")))
