@@ -5,6 +5,7 @@ sessions and debts are taken over."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -547,5 +548,64 @@ def test_a_session_request_naming_another_host_is_refused_by_the_transport(
             assert refused.status_code == 403, refused.text
             ok = await http.post(URL, headers=headers(key, session_id), json=listed)
             assert ok.status_code == 200, ok.text
+
+    run(scenario())
+
+
+def test_a_revived_session_whose_loop_crashed_is_let_go_and_revived_again(
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = make_runtime(instance_name="first")
+    key = key_for(first, "alice")
+    second = make_runtime(instance_name="second")
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    import server.durable_sessions as durable
+
+    real = durable.serve_connection  # type: ignore[attr-defined]
+    crashes = [True]
+
+    async def crashing(*args: Any, **kwargs: Any) -> None:
+        if crashes and crashes.pop():
+            raise RuntimeError("the session loop broke")
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(durable, "serve_connection", crashing)
+
+    async def scenario() -> None:
+        async with serving(first) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+        caplog.set_level(logging.INFO, logger="lockgate.sessions")
+        async with serving(second) as (http, auth):
+            gate = auth.app
+            assert isinstance(gate, SessionGate)
+            with contextlib.suppress(Exception):
+                await http.post(URL, headers=headers(key, session_id), json=listed)
+            await eventually(lambda: not gate.held(session_id), "the crashed transport to go")
+            assert f"revived session {session_id} crashed" in caplog.messages
+            again = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert again.status_code == 200, again.text
+            [message] = sse_messages(again.content)
+            assert message["id"] == 2 and "tools" in message["result"]
+
+    run(scenario())
+
+
+def test_a_revived_session_idle_past_the_cap_leaves_memory(make_runtime: MakeRuntime) -> None:
+    """The row is the session; its transport stays in memory at most the session cap."""
+    first = make_runtime(instance_name="first")
+    key = key_for(first, "alice")
+    second = make_runtime(instance_name="second", session_cap="1", session_idle_timeout="1")
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def scenario() -> None:
+        async with serving(first) as (http, _):
+            session_id = await raw_initialize(http, URL, key)
+        async with serving(second) as (http, auth):
+            gate = auth.app
+            assert isinstance(gate, SessionGate)
+            ok = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert ok.status_code == 200, ok.text
+            assert gate.held(session_id)
+            await eventually(lambda: not gate.held(session_id), "the idle transport to go", 10)
 
     run(scenario())
