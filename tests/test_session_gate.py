@@ -366,17 +366,29 @@ def test_an_answer_split_across_chunks_or_after_a_bad_event_answers_it(
     whole = data({"jsonrpc": "2.0", "id": "a", "error": {"code": 1, "message": "no"}})
     split = (PRIMING, whole[:20], whole[20:])
     bad_then_answer = (PRIMING + b"data: {oops\n\n" + data(answer("b")),)
+    # Bytes that are not UTF-8 in an event, then the answer.
+    not_utf8 = (PRIMING, b"event: message\r\ndata: \xff\xfe\r\n\r\n" + data(answer("c")))
+    # The answer's JSON over two data lines, and with no space after the colon.
+    lines = json.dumps(answer("d"), indent=1).split("\n")
+    two_lines = (PRIMING, ("data: " + "\ndata: ".join(lines) + "\n\n").encode())
+    no_space = (PRIMING, f"data:{json.dumps(answer('e'))}\n\n".encode())
 
     async def scenario() -> None:
-        for request_id, events in (("a", split), ("b", bad_then_answer)):
+        cases = (
+            ("a", split),
+            ("b", bad_then_answer),
+            ("c", not_utf8),
+            ("d", two_lines),
+            ("e", no_space),
+        )
+        for request_id, events in cases:
             gate = gate_for(runtime, Transport(sse_script(*events)))
             reply = await exchange(gate, scope(), call(request_id))
             assert reply.body == b"".join(events)
 
     run(scenario())
     assert {row.request_id: row.status for row in owed_rows(runtime)} == {
-        "a": "answered",
-        "b": "answered",
+        name: "answered" for name in "abcde"
     }
 
 
@@ -389,12 +401,10 @@ def test_a_stream_ending_without_the_answer_reports_it_lost_on_that_stream(
     reply = run(exchange(gate, scope(), call(3)))
     row = one_owed(runtime)
     assert row.status == "reported"
-    # The priming event, the report, then the end of the stream the SDK wrote.
-    assert [m["body"] for m in reply.bodies] == [
-        PRIMING,
-        sse_event(lost_error_of(runtime, row)),
-        b"",
-    ]
+    # The priming event, the report (an event without an id: the stream's own ids are the
+    # SDK's), then the end of the stream the SDK wrote.
+    report_event = f"event: message\r\ndata: {json.dumps(lost_error_of(runtime, row))}\r\n\r\n"
+    assert [m["body"] for m in reply.bodies] == [PRIMING, report_event.encode(), b""]
     assert [m.get("more_body") for m in reply.bodies] == [True, True, False]
     [report] = reply.sse()
     assert report["error"]["code"] == REQUEST_LOST and report["id"] == 3
