@@ -21,7 +21,7 @@ from machine.db.schema import OwedRequest, Session
 from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
-from server.durable_sessions import restored_params
+from server.durable_sessions import DurableSessionManager, restored_params
 from server.session_gate import SessionGate
 from spec import CrashPoint
 from tests.server_fixtures import run
@@ -603,9 +603,14 @@ def test_a_revived_session_idle_past_the_cap_leaves_memory(make_runtime: MakeRun
         async with serving(second) as (http, auth):
             gate = auth.app
             assert isinstance(gate, SessionGate)
+            manager = getattr(gate.replayable, "__self__")  # noqa: B009
+            assert isinstance(manager, DurableSessionManager)
             ok = await http.post(URL, headers=headers(key, session_id), json=listed)
             assert ok.status_code == 200, ok.text
             assert gate.held(session_id)
+            assert manager.replay.bytes_held > 0  # the stream's events, for a resumption
             await eventually(lambda: not gate.held(session_id), "the idle transport to go", 10)
+            # Its replay log goes with it.
+            await eventually(lambda: manager.replay.bytes_held == 0, "the replay log to go")
 
     run(scenario())
