@@ -126,6 +126,7 @@ async def exchange(
     chunks: list[bytes] | None = None,
     then: list[Message] | None = None,
     observe: Callable[[Message], None] = lambda message: None,
+    bare_end: bool = False,
 ) -> Reply:
     """One request through the gate: its body (JSON, or raw chunks), then the client's
     further messages (`then`), then a client that stays connected. The server side refuses
@@ -135,7 +136,10 @@ async def exchange(
     incoming: list[Message] = [
         {"type": "http.request", "body": chunk, "more_body": n < len(chunks) - 1}
         for n, chunk in enumerate(chunks)
-    ] + list(then or [])
+    ]
+    if bare_end:  # the last request message carries neither body nor more_body (both optional)
+        incoming[-1] = {"type": "http.request"}
+    incoming += list(then or [])
     reply = Reply()
 
     async def receive() -> Message:
@@ -418,9 +422,17 @@ def test_a_json_answer_is_recognised_whole_and_an_error_status_answers(
     runtime = make_runtime()
     opened(runtime)
     whole = json.dumps(answer(1)).encode()
+
+    async def bare_end(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": JSON})
+        third = json.dumps(answer(3)).encode()
+        await send({"type": "http.response.body", "body": third, "more_body": True})
+        await send({"type": "http.response.body"})  # body and more_body are optional
+
     cases: list[tuple[int, App]] = [
         (1, json_script(whole[:10], whole[10:])),
         (2, json_script(b'{"error": "bad request"}', status=400)),
+        (3, bare_end),
     ]
 
     async def scenario() -> None:
@@ -433,7 +445,29 @@ def test_a_json_answer_is_recognised_whole_and_an_error_status_answers(
     assert {row.request_id: row.status for row in owed_rows(runtime)} == {
         1: "answered",
         2: "answered",
+        3: "answered",
     }
+
+
+def test_an_error_status_stream_or_a_headerless_response_is_not_appended_to(
+    make_runtime: MakeRuntime,
+) -> None:
+    """An SSE response with an error status, or one with no headers at all, gets no -32010
+    written into it; its id is left lost for the session's next GET."""
+    runtime = make_runtime()
+    opened(runtime)
+
+    async def headerless(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def scenario() -> None:
+        for request_id, script in ((1, sse_script(PRIMING, status=400)), (2, headerless)):
+            reply = await exchange(gate_for(runtime, Transport(script)), scope(), call(request_id))
+            assert REQUEST_LOST_MARK.encode() not in reply.body
+
+    run(scenario())
+    assert {row.request_id: row.status for row in owed_rows(runtime)} == {1: "lost", 2: "lost"}
 
 
 def test_a_json_response_that_does_not_answer_leaves_the_id_lost_for_the_next_get(
@@ -582,8 +616,9 @@ def test_a_body_in_chunks_reaches_the_transport_whole(make_runtime: MakeRuntime)
     gate = gate_for(runtime, transport)
     raw = json.dumps(call(1)).encode()
     run(exchange(gate, scope(), chunks=[raw[:5], raw[5:12], raw[12:]]))
-    assert transport.bodies == [raw]
-    assert one_owed(runtime).status == "answered"
+    run(exchange(gate, scope(), chunks=[raw, b""], bare_end=True))
+    assert transport.bodies == [raw, raw]
+    assert [row.status for row in owed_rows(runtime)] == ["answered", "answered"]
 
 
 def test_a_body_that_is_not_json_is_a_parse_error(make_runtime: MakeRuntime) -> None:
