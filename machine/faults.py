@@ -164,8 +164,13 @@ class Faults:
         if gate is not None:
             gate.hold()
         if stop:
-            self._report("stopped", point, durable=True)
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # Paused holding no database transaction (see OpenTransactions): a process
+            # stalled mid-transaction on SQLite would stop every other instance too.
+            from machine.db.connect import TRANSACTIONS
+
+            with TRANSACTIONS.none_open():
+                self._report("stopped", point, durable=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
         with self._lock:
             if point in self.armed:
                 if self.skip > 0:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,55 @@ def normalise_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+class OpenTransactions:
+    """The SQLite transactions this process holds open, so that it can be paused holding
+    none: a process stopped mid-transaction would hold the file's write lock, and every
+    other instance on the file would wait for it. Only the real-process simulation pauses a
+    process (`machine.faults`, `LOCKGATE_STOP_AT`); for everything else this is a counter."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._open = 0
+        self._frozen = False
+
+    def enter(self) -> None:
+        with self._changed:
+            while self._frozen:
+                self._changed.wait()
+            self._open += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._open -= 1
+            self._changed.notify_all()
+
+    @contextmanager
+    def none_open(self) -> Iterator[None]:
+        """Wait until no transaction is open, and let none begin inside the block."""
+        with self._changed:
+            while self._open > 0:
+                self._changed.wait()
+            self._frozen = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._frozen = False
+                self._changed.notify_all()
+
+
+TRANSACTIONS = OpenTransactions()
+
+
+def _begin_immediate(conn: Any) -> None:
+    TRANSACTIONS.enter()
+    try:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    except BaseException:
+        TRANSACTIONS.leave()
+        raise
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -47,7 +99,9 @@ def open_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         # pysqlite's own transaction handling defers BEGIN; take it over so a transaction
         # that reads then writes holds the write lock from its first statement.
-        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        event.listen(engine, "begin", _begin_immediate)
+        event.listen(engine, "commit", lambda conn: TRANSACTIONS.leave())
+        event.listen(engine, "rollback", lambda conn: TRANSACTIONS.leave())
 
         @event.listens_for(engine, "connect")
         def _no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
