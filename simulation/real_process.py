@@ -372,22 +372,38 @@ class Planned:
     scenarios: int
 
 
-def plan_runs(scenarios: Sequence[Scenario], size: int | None, seed: int) -> Planned:
+def plan_runs(
+    scenarios: Sequence[Scenario],
+    size: int | None,
+    seed: int,
+    database_url: Callable[[], str] | None = None,
+) -> Planned:
     """Real-process runs: each scenario once without faults (what it reaches, and the calls
     it makes: the baseline of its crashed runs), then crashed at the points that run really
     reached, every one of them (`size` None) or `size` drawn with `seed`. Scenarios that
-    no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`)."""
-    from simulation.remote import NO_CLIENT_DOOR
+    no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`), and so
+    are those with several instances unless `database_url` gives each run a database of a
+    server (PostgreSQL): on SQLite they run in process only."""
+    from simulation.remote import NO_CLIENT_DOOR, SEVERAL_INSTANCES
 
     rng = random.Random(seed)
-    pool = [s for s in scenarios if s.name not in NO_CLIENT_DOOR]
+    pool = [
+        s
+        for s in scenarios
+        if s.name not in NO_CLIENT_DOOR
+        and (database_url is not None or s.name not in SEVERAL_INSTANCES)
+    ]
+
+    def url() -> str | None:
+        return database_url() if database_url is not None else None
+
     if size is not None:
         chosen = set(rng.sample(range(len(pool)), min(size, len(pool))))
         pool = [s for i, s in enumerate(pool) if i in chosen]
     runs: list[RunResult] = []
     plans: list[tuple[Scenario, CrashPoint, CallLists]] = []
     for scenario in pool:
-        free = run_in_process(scenario, None)
+        free = run_in_process(scenario, None, url())
         runs.append(free)
         points = sorted(free.reached, key=lambda p: p.name)
         plans += [(scenario, point, free.calls) for point in points]
@@ -397,7 +413,7 @@ def plan_runs(scenarios: Sequence[Scenario], size: int | None, seed: int) -> Pla
             by_scenario.setdefault(plan[0].name, []).append(plan)
         plans = [rng.choice(options) for options in by_scenario.values()]
     for scenario, point, baseline in plans:
-        runs.append(run_in_process(scenario, point, baseline=baseline))
+        runs.append(run_in_process(scenario, point, url(), baseline=baseline))
     return Planned(runs, len(pool))
 
 

@@ -640,6 +640,22 @@ REMOTE: dict[str, RemoteDrive] = {
     "session_lease": session_lease,
 }
 
+#: Scenarios with several server processes at once: they need a database server. On SQLite
+#: one process's open transaction (a stalled one's, for minutes) locks every other out of the
+#: file, which is why the README runs several instances on PostgreSQL only.
+SEVERAL_INSTANCES = frozenset(
+    {
+        "lease_takeover",
+        "instance_lease",
+        "stalled_before_dispatch",
+        "stalled_after_dispatch",
+        "stalled_before_succeed",
+        "stalled_before_complete",
+        "two_recoverers",
+        "one_decision_twice",
+    }
+)
+
 #: Scenarios no real interface can drive, and why.
 NO_CLIENT_DOOR = {
     "execution_cancelled": "no client interface cancels a whole execution (only the engine "

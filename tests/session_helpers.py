@@ -362,6 +362,24 @@ async def serving(runtime: Runtime) -> AsyncIterator[tuple[httpx2.AsyncClient, B
         yield http, auth
 
 
+def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") -> None:
+    """A session whose initialize exchange is over (so idle), as the gate records one."""
+    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
+    runtime.sessions.end_request(session_id)
+
+
+def session_status(runtime: Runtime, session_id: str = "s") -> str:
+    row = runtime.sessions.get(session_id)
+    assert row is not None
+    return row.status
+
+
+def owed_status(runtime: Runtime, owed_id: str) -> str:
+    row = runtime.sessions.get_owed(owed_id)
+    assert row is not None
+    return row.status
+
+
 def key_for(runtime: Runtime, principal: str) -> str:
     return ApiKeys(runtime.engine.store).create(principal).secret
 

@@ -51,6 +51,7 @@ from tests.session_helpers import (
     headers,
     key_for,
     lost_data,
+    opened,
     raw_initialize,
     relay,
     replace,
@@ -158,11 +159,6 @@ def _owed_rows(runtime: Runtime) -> list[OwedRequest]:
 # -- in process: the lease and the ledger's core -------------------------------------------
 
 
-def _open(runtime: Runtime, session_id: str) -> None:
-    runtime.sessions.open(session_id, "alice", PROTOCOL, {"name": "t", "version": "1"}, {})
-    runtime.sessions.end_request(session_id)  # the initialize exchange is over: idle
-
-
 def test_stale_ledger_rows_never_extend_a_session_lease(
     make_runtime: Callable[..., Runtime],
 ) -> None:
@@ -172,16 +168,16 @@ def test_stale_ledger_rows_never_extend_a_session_lease(
     clock = FakeClock()
     limits = {"session_idle_timeout": "60", "session_lease": "60", "session_cap": "600"}
     before = make_runtime(clock=clock, instance_name="a", **limits)
-    _open(before, "stale")
+    opened(before, "stale")
     before.sessions.begin_request("stale")
     before.sessions.owe("stale", 7, "tools/call", None)  # ... and the process dies owing it
 
     after = make_runtime(clock=clock, instance_name="a", **limits)  # the restart
     assert after.lease.incarnation > before.lease.incarnation
-    _open(after, "current")
+    opened(after, "current")
     after.sessions.begin_request("current")
     after.sessions.owe("current", 8, "tools/call", None)
-    _open(after, "quiet")
+    opened(after, "quiet")
 
     clock.advance(timedelta(seconds=30))
     assert after.sessions.sweep() == []  # within the idle timeout: kept
@@ -205,7 +201,7 @@ def test_two_concurrent_gets_report_a_lost_id_once(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     runtime = make_runtime()
-    _open(runtime, "s")
+    opened(runtime, "s")
     owed = runtime.sessions.owe("s", 9, "tools/call", None)
     runtime.sessions.lose(owed)
     first_started = anyio.Event()
@@ -269,7 +265,7 @@ def test_a_resuming_get_reports_only_its_own_stream(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     runtime = make_runtime()
-    _open(runtime, "s")
+    opened(runtime, "s")
     for request_id in (5, 6):
         runtime.sessions.lose(runtime.sessions.owe("s", request_id, "tools/call", None))
 
@@ -335,7 +331,7 @@ def test_a_report_after_a_lease_lapse_tells_the_recovered_fate(
     common = {"policy": "notes.write=approve", "lease_ttl": "1"}
     write_ran = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
     a = make_runtime(clock=clock, instance_name="a", faults=Faults([write_ran]), **common)
-    _open(a, "s")
+    opened(a, "s")
     a.sessions.begin_request("s")
     a.sessions.owe("s", 3, "tools/call", None)
     code = "tools.notes.write(key='k', text='v')\n'written'"

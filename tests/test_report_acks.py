@@ -21,7 +21,7 @@ from machine.runtime import Runtime
 from machine.sessions import MAX_REPORTS_PER_RESPONSE
 from server.session_gate import DrainSignal, SessionGate
 from tests.server_fixtures import run
-from tests.session_helpers import PROTOCOL, sse_messages
+from tests.session_helpers import opened, owed_status, sse_messages
 
 _ID = re.compile(r"^id: ([^\r\n]*)", re.MULTILINE)
 
@@ -30,21 +30,10 @@ class ConnectionBroke(Exception):
     """The client's connection broke (the server died) right after an event was sent."""
 
 
-def _open(runtime: Runtime, session_id: str, principal: str = "alice") -> None:
-    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
-    runtime.sessions.end_request(session_id)
-
-
 def _lost(runtime: Runtime, session_id: str, request_id: int) -> str:
     owed = runtime.sessions.owe(session_id, request_id, "tools/call", None)
     runtime.sessions.lose(owed)
     return owed.id
-
-
-def _status(runtime: Runtime, owed_id: str) -> str:
-    row = runtime.sessions.get_owed(owed_id)
-    assert row is not None
-    return row.status
 
 
 async def _listening(scope: Any, receive: Any, send: Any) -> None:
@@ -105,19 +94,19 @@ def test_a_report_the_client_received_is_not_written_again_after_its_connection_
     make_runtime: Callable[..., Runtime],
 ) -> None:
     runtime = make_runtime()
-    _open(runtime, "s")
+    opened(runtime, "s")
     first, second = _lost(runtime, "s", 1), _lost(runtime, "s", 2)
 
     broken = Get(runtime)
     broken.break_after_events = 2  # both written; the second never recorded as reported
     broken()
     assert broken.reported == [1, 2]
-    assert (_status(runtime, first), _status(runtime, second)) == ("reported", "lost")
+    assert (owed_status(runtime, first), owed_status(runtime, second)) == ("reported", "lost")
 
     # The client reconnects from the last event it read: nothing is written twice.
     again = Get(runtime, last_event_id=broken.ids[-1])()
     assert again.reported == []
-    assert _status(runtime, second) == "reported"
+    assert owed_status(runtime, second) == "reported"
 
 
 def test_without_the_acknowledgement_the_unrecorded_report_is_written_again(
@@ -126,7 +115,7 @@ def test_without_the_acknowledgement_the_unrecorded_report_is_written_again(
     """The control: a client that did not get the report (its last event id is older)
     gets it on its next GET: acknowledging never loses a report."""
     runtime = make_runtime()
-    _open(runtime, "s")
+    opened(runtime, "s")
     _lost(runtime, "s", 1)
     second = _lost(runtime, "s", 2)
     broken = Get(runtime)
@@ -135,26 +124,26 @@ def test_without_the_acknowledgement_the_unrecorded_report_is_written_again(
     assert broken.reported == [1]
     again = Get(runtime, last_event_id=broken.ids[-1])()
     assert again.reported == [2]
-    assert _status(runtime, second) == "reported"
+    assert owed_status(runtime, second) == "reported"
 
 
 def test_an_acknowledgement_naming_someone_elses_report_settles_nothing(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     runtime = make_runtime()
-    _open(runtime, "s")
-    _open(runtime, "t", principal="bob")
+    opened(runtime, "s")
+    opened(runtime, "t", principal="bob")
     bobs = _lost(runtime, "t", 7)
     forged = f"_GET_stream:r{bobs}"
     Get(runtime, last_event_id=forged)()
-    assert _status(runtime, bobs) == "lost"  # still bob's to collect, on his session
+    assert owed_status(runtime, bobs) == "lost"  # still bob's to collect, on his session
 
 
 def test_one_response_carries_a_bounded_number_of_reports_and_the_rest_follow(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     runtime = make_runtime()
-    _open(runtime, "s")
+    opened(runtime, "s")
     ids = [_lost(runtime, "s", n) for n in range(MAX_REPORTS_PER_RESPONSE + 3)]
     first = Get(runtime)()
     assert len(first.reported) == MAX_REPORTS_PER_RESPONSE

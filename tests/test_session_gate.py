@@ -26,7 +26,7 @@ from server.session_gate import (
     stream_ready,
 )
 from tests.server_fixtures import run
-from tests.session_helpers import PROTOCOL, REQUEST_LOST, sse_messages
+from tests.session_helpers import PROTOCOL, REQUEST_LOST, opened, session_status, sse_messages
 
 MakeRuntime = Callable[..., Runtime]
 Message = dict[str, Any]
@@ -208,11 +208,6 @@ def gate_for(runtime: Runtime, app: App, **options: Any) -> SessionGate:
     return SessionGate(app, runtime.sessions, **settings)
 
 
-def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") -> None:
-    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
-    runtime.sessions.end_request(session_id)
-
-
 def owed_rows(runtime: Runtime) -> list[OwedRequest]:
     with runtime.engine.store.session() as s:
         return list(s.exec(select(OwedRequest)))
@@ -221,12 +216,6 @@ def owed_rows(runtime: Runtime) -> list[OwedRequest]:
 def one_owed(runtime: Runtime) -> OwedRequest:
     [row] = owed_rows(runtime)
     return row
-
-
-def session_status(runtime: Runtime, session_id: str = "s") -> str:
-    row = runtime.sessions.get(session_id)
-    assert row is not None
-    return row.status
 
 
 def lost_error_of(runtime: Runtime, row: OwedRequest) -> dict[str, Any]:

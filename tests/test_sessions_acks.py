@@ -15,23 +15,12 @@ from machine.sessions import (
     acknowledged_reports,
     report_event_ids,
 )
-from tests.session_helpers import PROTOCOL, FakeClock
+from tests.session_helpers import FakeClock, opened, owed_status
 
 MakeRuntime = Callable[..., Runtime]
 
 A = "0123456789abcdef" * 2
 B = "fedcba9876543210" * 2
-
-
-def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") -> None:
-    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
-    runtime.sessions.end_request(session_id)
-
-
-def owed_status(runtime: Runtime, owed_id: str) -> str:
-    row = runtime.sessions.get_owed(owed_id)
-    assert row is not None
-    return row.status
 
 
 def lost(runtime: Runtime, session_id: str, request_id: int) -> Record:

@@ -17,7 +17,7 @@ import pytest
 from pydantic import JsonValue
 from sqlmodel import select
 
-from machine.db.schema import OwedRequest, Session
+from machine.db.schema import Session
 from machine.faults import Faults, InjectedCrash
 from machine.runtime import Runtime
 from machine.sessions import REQUEST_LOST, request_key
@@ -32,31 +32,15 @@ from tests.session_helpers import (
     eventually,
     headers,
     key_for,
+    opened,
+    owed_status,
     raw_initialize,
     serving,
+    session_status,
     sse_messages,
 )
 
 MakeRuntime = Callable[..., Runtime]
-
-
-def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") -> None:
-    """A session whose initialize exchange is over (so idle)."""
-    runtime.sessions.open(session_id, principal, PROTOCOL, {"name": "t", "version": "1"}, {})
-    runtime.sessions.end_request(session_id)
-
-
-def status(runtime: Runtime, session_id: str) -> str:
-    row = runtime.sessions.get(session_id)
-    assert row is not None
-    return row.status
-
-
-def owed_status(runtime: Runtime, owed_id: str) -> str:
-    with runtime.engine.store.session() as s:
-        row = s.get(OwedRequest, owed_id)
-    assert row is not None
-    return row.status
 
 
 def test_a_session_is_active_while_any_request_is_in_flight(make_runtime: MakeRuntime) -> None:
@@ -69,13 +53,13 @@ def test_a_session_is_active_while_any_request_is_in_flight(make_runtime: MakeRu
     assert (row.client_info, row.capabilities) == ({"name": "t", "version": "1"}, {"x": 1})
     assert row.incarnation == runtime.lease.incarnation
     runtime.sessions.end_request("s")
-    assert status(runtime, "s") == "idle"
+    assert session_status(runtime, "s") == "idle"
     clock.advance(timedelta(seconds=3))
     runtime.sessions.begin_request("s")
     runtime.sessions.begin_request("s")
-    assert status(runtime, "s") == "active"
+    assert session_status(runtime, "s") == "active"
     runtime.sessions.end_request("s")
-    assert status(runtime, "s") == "active"  # one is still in flight
+    assert session_status(runtime, "s") == "active"  # one is still in flight
     runtime.sessions.end_request("s")
     row = runtime.sessions.get("s")
     assert row is not None and row.status == "idle"
@@ -92,7 +76,7 @@ def test_closing_ends_the_session_and_settles_its_uncollected_reports(
     owed = runtime.sessions.owe("s", 2, "tools/call", None)
     assert runtime.sessions.live_count("alice") == 1
     assert runtime.sessions.close("s") is True
-    assert status(runtime, "s") == "closed"
+    assert session_status(runtime, "s") == "closed"
     assert owed_status(runtime, lost.id) == "uncollected"
     assert owed_status(runtime, owed.id) == "owed"
     assert runtime.sessions.live("s") is None
@@ -219,7 +203,7 @@ def test_a_dead_incarnations_sessions_go_idle_and_its_debts_are_lost(
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
     mine = alive.sessions.owe("s", 2, "tools/call", None)
     assert alive.sessions.recover() == 2  # one session released, one request lost
-    assert status(alive, "s") == "idle"
+    assert session_status(alive, "s") == "idle"
     assert owed_status(alive, owed.id) == "lost"
     assert owed_status(alive, mine.id) == "owed"  # its own debts are never orphans
     assert alive.sessions.recover() == 0
@@ -304,7 +288,7 @@ def test_a_session_taken_over_by_another_instance_is_its_own(make_runtime: MakeR
     assert row.incarnation == second.lease.incarnation
     third = make_runtime(instance_name="third")
     third.sessions.end_request("s")  # this process never counted it in flight
-    assert status(third, "s") == "idle"
+    assert session_status(third, "s") == "idle"
 
 
 def test_the_sweep_keeps_a_session_with_running_work_only(make_runtime: MakeRuntime) -> None:
@@ -320,8 +304,8 @@ def test_the_sweep_keeps_a_session_with_running_work_only(make_runtime: MakeRunt
         runtime.engine.execute("alice", "1 + 1", "busy", request_key("busy", 1))
     clock.advance(timedelta(seconds=90))
     assert runtime.sessions.sweep() == ["quiet"]
-    assert status(runtime, "busy") == "idle"
-    assert status(runtime, "quiet") == "expired"
+    assert session_status(runtime, "busy") == "idle"
+    assert session_status(runtime, "quiet") == "expired"
     assert owed_status(runtime, lost.id) == "uncollected"  # settled with the session
 
 
@@ -355,7 +339,7 @@ def test_recovery_takes_over_dead_incarnations_only(make_runtime: MakeRuntime) -
     theirs = other.sessions.owe("mine", 9, "tools/call", None)
     clock.advance(timedelta(seconds=10))  # dead's lease ends exactly now
     assert alive.sessions.recover() == 4  # two sessions released, two requests lost
-    assert [status(alive, s) for s in ("d1", "d2", "mine")] == ["idle", "idle", "active"]
+    assert [session_status(alive, s) for s in ("d1", "d2", "mine")] == ["idle", "idle", "active"]
     assert [owed_status(alive, o.id) for o in lost] == ["lost", "lost"]
     assert owed_status(alive, theirs.id) == "owed"  # other's lease holds
 
@@ -431,7 +415,7 @@ def test_a_close_that_lost_the_race_says_so(make_runtime: MakeRuntime) -> None:
     opened(here)
     faults.other, faults.session_id = make_runtime(instance_name="elsewhere"), "s"
     assert here.sessions.close("s") is False  # the other instance closed it first
-    assert status(here, "s") == "closed"
+    assert session_status(here, "s") == "closed"
 
 
 def test_a_sweep_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeRuntime) -> None:
@@ -447,7 +431,7 @@ def test_a_sweep_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeR
     faults.session_id = first
     clock.advance(timedelta(seconds=90))
     assert here.sessions.sweep() == [second]
-    assert (status(here, first), status(here, second)) == ("closed", "expired")
+    assert (session_status(here, first), session_status(here, second)) == ("closed", "expired")
 
 
 def test_recovery_that_lost_one_session_goes_on_with_the_rest(make_runtime: MakeRuntime) -> None:
@@ -463,7 +447,7 @@ def test_recovery_that_lost_one_session_goes_on_with_the_rest(make_runtime: Make
     faults.other = make_runtime(clock=clock, instance_name="elsewhere")
     faults.session_id = first
     assert here.sessions.recover() == 1  # the other instance closed the first one
-    assert (status(here, first), status(here, second)) == ("closed", "idle")
+    assert (session_status(here, first), session_status(here, second)) == ("closed", "idle")
 
 
 def test_restored_initialize_parameters_keep_the_stored_capabilities(

@@ -6,7 +6,6 @@ import pytest
 from typer.testing import CliRunner
 
 import machine.bindings as bindings
-import server.cli as cli
 from machine.engine import record_of
 from machine.recovery import Recovery
 from machine.write_path import Step
@@ -15,6 +14,7 @@ from simulation.report import coverage_matrix, describe_violation
 from simulation.scenarios import CATALOG, by_name
 from simulation.sweep import sweep
 from spec import CrashPoint, ExecutionStatus
+from tests.postgres import PostgresServer
 
 runner = CliRunner()
 
@@ -99,30 +99,32 @@ def test_every_scenario_but_one_without_a_client_door_has_a_real_process_drive()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["session_requests", "stalled_before_dispatch"])
-def test_real_process_drives_of_sessions_and_stalls_run_clean(name: str) -> None:
-    result = run_in_process(by_name(name), None)
+def test_the_real_process_drive_of_a_session_runs_clean() -> None:
+    result = run_in_process(by_name("session_requests"), None)
     assert result.violations == [], result.trace
-    assert result.reached  # the servers' own evidence of the points they passed
+    assert result.reached  # the server's own evidence of the points it passed
 
 
-def test_simulate_cli_reports_counts_and_refuses_bad_input() -> None:
-    result = runner.invoke(
-        cli.app,
-        [
-            "simulate",
-            "--scenario",
-            "plain",
-            "--crash-at",
-            "tool_call:succeed:dispatched->succeeded:after_commit",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    assert "violations = 0" in result.output
-    bad = runner.invoke(cli.app, ["simulate", "--scenario", "nope"])
-    assert bad.exit_code == 2 and "no scenario 'nope'" in bad.output
-    bad_point = runner.invoke(cli.app, ["simulate", "--crash-at", "x:y"])
-    assert bad_point.exit_code == 2 and "not a crash point name" in bad_point.output
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_stalled_server_s_work_is_recovered_by_another_on_postgresql(
+    postgres_server: PostgresServer, postgres_template: str
+) -> None:
+    """Several instances need a database server (on SQLite a stalled process's transaction
+    would lock the others out of the file): a stops itself mid-run, b takes its work over."""
+    url = postgres_server.url(postgres_server.create_database(template=postgres_template))
+    result = run_in_process(by_name("stalled_before_dispatch"), None, url)
+    assert result.violations == [], result.trace
+    stop = CrashPoint.parse("tool_call:dispatch:approved->dispatched:before_commit")
+    assert stop in result.reached
+
+
+def test_several_instance_scenarios_run_for_real_only_on_a_database_server() -> None:
+    from simulation.real_process import plan_runs
+    from simulation.remote import SEVERAL_INSTANCES
+
+    planned = plan_runs([by_name(n) for n in sorted(SEVERAL_INSTANCES)], 3, seed=1)
+    assert planned.runs == [] and planned.scenarios == 0
 
 
 @pytest.mark.slow

@@ -60,6 +60,9 @@ class OpenTransactions:
 TRANSACTIONS = OpenTransactions()
 
 
+_OPEN = "lockgate_transaction_open"
+
+
 def _begin_immediate(conn: Any) -> None:
     TRANSACTIONS.enter()
     try:
@@ -67,6 +70,13 @@ def _begin_immediate(conn: Any) -> None:
     except BaseException:
         TRANSACTIONS.leave()
         raise
+    conn.info[_OPEN] = True
+
+
+def _end(conn: Any) -> None:
+    # Counted once per transaction that began, whatever events the connection fires.
+    if conn.info.pop(_OPEN, False):
+        TRANSACTIONS.leave()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -100,8 +110,8 @@ def open_engine(url: str) -> Engine:
         # pysqlite's own transaction handling defers BEGIN; take it over so a transaction
         # that reads then writes holds the write lock from its first statement.
         event.listen(engine, "begin", _begin_immediate)
-        event.listen(engine, "commit", lambda conn: TRANSACTIONS.leave())
-        event.listen(engine, "rollback", lambda conn: TRANSACTIONS.leave())
+        event.listen(engine, "commit", _end)
+        event.listen(engine, "rollback", _end)
 
         @event.listens_for(engine, "connect")
         def _no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
