@@ -373,8 +373,19 @@ def stream_lost(client: RemoteClient) -> None:
     if not client.memory.get("lost"):
         session.drop("s-1")
         client.memory["lost"] = True
-    until(lambda: _owed_settled_or_lost(client, "s-1"), "the dropped request is lost")
+    _wait(client, lambda: _owed_settled_or_lost(client, "s-1"), "the dropped request is lost")
     session.collect()
+
+
+def _wait(client: RemoteClient, condition: Callable[[], bool], what: str) -> None:
+    """`until`, noticing a server that died meanwhile (its maintenance loop reached the
+    armed point while the client waited): the run restarts it, as its supervisor would."""
+
+    def alive_and(condition: Callable[[], bool] = condition) -> bool:
+        client.deployment.check_alive()
+        return condition()
+
+    until(alive_and, what)
 
 
 def _owed_settled_or_lost(client: RemoteClient, request_id: str) -> bool:
@@ -421,7 +432,8 @@ def session_expires(client: RemoteClient) -> None:
     """A session left idle expires once its idle timeout passes (the sweep runs every half
     second); its requests are then answered 404."""
     session = _session(client)
-    until(
+    _wait(
+        client,
         lambda: _session_status(client, session.session_id) == "expired",
         "the idle session expires",
     )
@@ -438,7 +450,8 @@ def session_lease(client: RemoteClient) -> None:
     if not client.memory.get("lost"):
         session.drop("b-1", sent=False)
         client.memory["lost"] = True
-    until(
+    _wait(
+        client,
         lambda: _session_status(client, session.session_id) == "expired",
         "the session with an uncollected report expires",
     )
@@ -451,7 +464,7 @@ def approval_expires(client: RemoteClient) -> None:
     row = client.execution_row(view.id)
     deadline = row.deadline if row is not None else None
     expect(deadline is not None, "a paused execution has no deadline")
-    until(lambda: _stored_status(client, view.id) == E.EXPIRED, "the approval expires")
+    _wait(client, lambda: _stored_status(client, view.id) == E.EXPIRED, "the approval expires")
     expect(client.get(view.id).status == E.EXPIRED, "the expired execution is read otherwise")
     after = decide(client, "e.id", Action.ACCEPT)  # type: ignore[arg-type]
     expect(after is not None and after.status == E.EXPIRED, f"a late decision gave {after}")
