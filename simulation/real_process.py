@@ -219,6 +219,17 @@ class Deployment:
         if self.servers.get(server.name) is server:
             del self.servers[server.name]
 
+    def stop(self, server: ServerProcess) -> int:
+        """SIGTERM `server` and its exit status. A drain that reaches the armed point dies
+        of its SIGKILL there: that is the armed crash, raised as ProcessKilled for the
+        caller to record (`died`) and restart, as a supervisor would."""
+        status = server.terminate()
+        if self.servers.get(server.name) is server:
+            del self.servers[server.name]
+        if status == -signal.SIGKILL and self.pending_crash is not None and self.fired():
+            raise ProcessKilled(f"{server.name} died draining, at its armed point", server)
+        return status
+
     def restart(self, server: ServerProcess) -> ServerProcess:
         self.died(server)
         return self.start(server.name)
@@ -304,7 +315,11 @@ def run_in_process(
             else:
                 violations.append(Violation("the client finishes", "the drive never ended"))
             for server in list(deployed.servers.values()):
-                status = server.terminate()
+                try:
+                    status = deployed.stop(server)
+                except ProcessKilled as killed:  # its drain reached the armed point
+                    trace.append(str(killed))
+                    status = deployed.stop(deployed.restart(server))
                 trace.append(f"{server.name} stopped with {status}")
             deployed.servers.clear()
             fired = [CrashPoint.parse(p) for p in deployed.fired()]

@@ -483,8 +483,7 @@ def resume_after_restart(client: RemoteClient) -> None:
 
 def _graceful_restart(client: RemoteClient) -> None:
     server = client.server
-    status = server.terminate()
-    client.deployment.servers.pop(server.name, None)
+    status = client.deployment.stop(server)
     expect(status == 0, f"SIGTERM ended {server.name} with status {status}")
     client.server = client.deployment.start(server.name)
 
@@ -518,9 +517,8 @@ def stalled(
             return
         a = client.server
         if "stall.started" not in client.memory:
+            client.deployment.stop(a)
             client.memory["stall.started"] = True
-            a.terminate()
-            client.deployment.servers.pop(a.name, None)
             a = client.server = client.deployment.start(a.name, stop_at=point)
         answers: list[RemoteView] = []
         crashed: list[ProcessKilled] = []

@@ -133,3 +133,24 @@ def test_a_real_server_killed_during_its_boot_is_started_again() -> None:
     result = run_in_process(by_name("plain"), point)
     assert result.fired == [point]  # the first boot died at its first heartbeat
     assert result.violations == []  # and the death was SIGKILL's: the run checks its status
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["before_commit", "after_commit"])
+def test_a_real_server_that_dies_at_its_armed_point_while_draining_counts_as_that_crash(
+    moment: str,
+) -> None:
+    """The run's own SIGTERM at the end is where a drain point fires: the SIGKILL there is
+    the armed crash, restarted as a supervisor would, not an unexplained death."""
+    point = CrashPoint.parse(f"instance:drain:live->draining:{moment}")
+    result = run_in_process(by_name("approval_accepted"), point)
+    assert result.fired == [point]
+    assert result.violations == [], result.trace
+
+
+@pytest.mark.slow
+def test_a_graceful_restart_that_dies_at_its_drain_point_is_restarted() -> None:
+    point = CrashPoint.parse("instance:drain:live->draining:after_commit")
+    result = run_in_process(by_name("graceful_shutdown"), point)
+    assert result.fired == [point]
+    assert result.violations == [], result.trace
