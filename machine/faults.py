@@ -1,11 +1,15 @@
 """Crash points on the write path, armed by the simulator.
 
 A `Faults` object is injected into the write path (never a process global), so each test
-or simulation run owns its own, and a seeded random source makes a run replay exactly.
+or simulation run owns its own, and a seeded random source makes a run replay exactly. A
+production server has none: its write path passes no crash point and keeps no bookkeeping.
+A server process is armed only when its `fault_injection` setting is on (the real-process
+simulation sets it); the `LOCKGATE_CRASH_AT`-style variables alone arm nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -16,6 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from spec.crash_points import CrashPoint
+
+log = logging.getLogger(__name__)
 
 
 class InjectedCrash(BaseException):
@@ -95,6 +101,7 @@ class Faults:
         skip: int = 0,
         stops: Iterable[CrashPoint] = (),
         evidence: Path | None = None,
+        record_trail: bool = True,
     ) -> None:
         self.armed = set(armed)
         #: Points at which the process stops itself (SIGSTOP), once each: a stalled process
@@ -109,7 +116,10 @@ class Faults:
         #: Passes over an armed point to let through before firing (crash on the n-th visit).
         self.skip = skip
         self.hits: Counter[CrashPoint] = Counter()
-        #: Every point passed, in order (the simulator reads what came after a crash).
+        #: Every point passed, in order (the in-process simulator reads what came after a
+        #: crash). A long-lived armed server keeps none (`record_trail=False`): it grows with
+        #: every heartbeat, and its evidence file already says which points it reached.
+        self.record_trail = record_trail
         self.trail: list[CrashPoint] = []
         self.fired: list[CrashPoint] = []
         #: Where in `trail` each crash fired (the same point may be passed again later).
@@ -119,9 +129,10 @@ class Faults:
 
     @classmethod
     def from_environment(cls) -> Faults:
-        """What the real-process simulation arms in a server it starts: `LOCKGATE_CRASH_AT`
-        (points that SIGKILL the process), `LOCKGATE_STOP_AT` (points where it SIGSTOPs
-        itself) and `LOCKGATE_FAULT_EVIDENCE` (the file it reports to); unset arms nothing."""
+        """What the real-process simulation arms in a server it starts (read only when the
+        server's `fault_injection` setting is on): `LOCKGATE_CRASH_AT` (points that SIGKILL
+        the process), `LOCKGATE_STOP_AT` (points where it SIGSTOPs itself) and
+        `LOCKGATE_FAULT_EVIDENCE` (the file it reports to); unset arms nothing."""
 
         def points(variable: str) -> list[CrashPoint]:
             names = [n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()]
@@ -133,6 +144,7 @@ class Faults:
             mode=CrashMode.KILL,
             stops=points("LOCKGATE_STOP_AT"),
             evidence=Path(evidence) if evidence else None,
+            record_trail=False,
         )
 
     def _report(self, what: str, point: CrashPoint, *, durable: bool) -> None:
@@ -155,7 +167,8 @@ class Faults:
         with self._lock:
             first = self.hits[point] == 0
             self.hits[point] += 1
-            self.trail.append(point)
+            if self.record_trail:
+                self.trail.append(point)
             gate = self._gates.pop(point, None)
             stop = point in self.stops
             self.stops.discard(point)
@@ -179,9 +192,31 @@ class Faults:
             elif not (self.probability and self.random.random() < self.probability):
                 return
             self.fired.append(point)
-            self.fired_at.append(len(self.trail) - 1)
+            if self.record_trail:
+                self.fired_at.append(len(self.trail) - 1)
             self.armed.discard(point)  # a point kills once: what comes after is the recovery
         if self.mode is CrashMode.KILL:
             self._report("fired", point, durable=True)
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedCrash(point)
+
+
+#: The variables that arm a server process; ignored unless fault injection is switched on.
+FAULT_VARIABLES = ("LOCKGATE_CRASH_AT", "LOCKGATE_STOP_AT", "LOCKGATE_FAULT_EVIDENCE")
+
+
+def for_server(fault_injection: bool) -> Faults | None:
+    """The faults a server process runs with: none unless its settings switch injection on.
+    A fault variable left in a production environment is ignored, with a warning, rather
+    than killing the server at a crash point."""
+    if fault_injection:
+        log.warning("fault injection is ON: this server obeys %s", ", ".join(FAULT_VARIABLES))
+        return Faults.from_environment()
+    ignored = [v for v in FAULT_VARIABLES if os.environ.get(v)]
+    if ignored:
+        log.warning(
+            "ignoring %s: fault injection is off (LOCKGATE_FAULT_INJECTION is for the "
+            "simulator only)",
+            ", ".join(ignored),
+        )
+    return None

@@ -21,7 +21,7 @@ from machine.db.connect import open_engine
 from machine.db.migrate import current_revision, head_revision, upgrade_if_behind
 from machine.db.store import SqlStore
 from machine.engine import Engine
-from machine.faults import Faults
+from machine.faults import Faults, for_server
 from machine.instances import InstanceLease
 from machine.policy import Policy
 from machine.recovery import Recovery, RecoveryReport
@@ -108,7 +108,8 @@ class Runtime:
             max_processes=settings.sandbox_workers,
             max_per_principal=settings.max_workers_per_principal,
         )
-        faults = faults or Faults.from_environment()
+        if faults is None:
+            faults = for_server(settings.fault_injection)
         placeholder = Engine(
             store=store,
             sandbox=sandbox,

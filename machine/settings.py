@@ -51,6 +51,12 @@ class Settings(BaseSettings):
         description="After a crash, end every interrupted execution as interrupted and never "
         "call a tool again, even a read-only one.",
     )
+    fault_injection: bool = Field(
+        default=False,
+        description="For the simulator only: honour LOCKGATE_CRASH_AT (SIGKILL at those crash "
+        "points), LOCKGATE_STOP_AT (SIGSTOP there) and LOCKGATE_FAULT_EVIDENCE (a file the "
+        "server reports the points it passed to). Off, those variables are ignored.",
+    )
     lease_ttl: timedelta = Field(
         default=timedelta(seconds=15),
         description="How long an instance's lease lasts without a heartbeat before another "

@@ -175,6 +175,7 @@ class Deployment:
             "LOCKGATE_SECRET_NOTES_TOKEN": CANARY,
             f"LOCKGATE_SECRET_{CANARY_TOKEN.upper()}": CANARY,
             "LOCKGATE_INSTANCE_NAME": name,
+            "LOCKGATE_FAULT_INJECTION": "1",
             "LOCKGATE_FAULT_EVIDENCE": str(self.evidence),
             "PYTHONPATH": str(ROOT),
         }

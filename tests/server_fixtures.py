@@ -229,6 +229,8 @@ class Deployment:
         env = lockgate_env(self.database_url, self.notes_dir, LOCKGATE_MAX_DURATION_SECS="20")
         env.update(self.settings)
         env.update(overrides)
+        if any(v in env for v in ("LOCKGATE_CRASH_AT", "LOCKGATE_STOP_AT")):
+            env.setdefault("LOCKGATE_FAULT_INJECTION", "1")  # obeyed only when switched on
         return env
 
     def spawn(self, *args: str, name: str | None = None, **env: str) -> LockgateServer:
