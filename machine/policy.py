@@ -39,6 +39,14 @@ _PATTERN_RE = re.compile(rf"\*|{_IDENT}\.\*|{_IDENT}\.{_IDENT}")
 PATTERN_FORMS = "'*', 'source.*' or 'source.name' (without the 'tools.' prefix)"
 
 
+#: How a tool listing says what the policy does with a call, in words an agent reads.
+DECISION_WORDS = {
+    PolicyDecision.APPROVE: "auto-approved",
+    PolicyDecision.REQUIRE_APPROVAL: "requires approval",
+    PolicyDecision.BLOCK: "blocked by policy",
+}
+
+
 def most_restrictive(decisions: Iterable[PolicyDecision]) -> PolicyDecision | None:
     """The strictest of `decisions`, or None when there are none."""
     return max(decisions, key=_RESTRICTIVENESS.__getitem__, default=None)

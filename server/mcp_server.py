@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from machine.engine import Action
 from machine.errors import LockgateError
+from machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from machine.sessions import request_key
-from machine.tools.registry import ToolRegistry
+from machine.tools.registry import ToolRegistry, ToolSpec
 from machine.views import ExecutionView
 from server import shapes
 from server.auth import current_principal
@@ -56,24 +57,49 @@ def _problems(exc: ValidationError) -> str:
     return "Invalid arguments: " + "; ".join(parts)
 
 
-def execute_description(registry: ToolRegistry) -> str:
+def listed_signature(spec: ToolSpec, decision: PolicyDecision) -> str:
+    """`tools.notes.write(key: str, text: str) -> dict  # auto-approved`: the signature with
+    what this server's policy does with a call.
+
+    The registry leaves a call that runs at once unannotated; a listing says so in words, so
+    an agent never has to infer the policy from a missing note.
+    """
+    bare, _, notes = spec.signature(decision).partition("  # ")
+    words = DECISION_WORDS[decision]
+    if decision is PolicyDecision.APPROVE:
+        notes = f"{words}; {notes}" if notes else words
+    return f"{bare}  # {notes}"
+
+
+def listing(
+    registry: ToolRegistry, policy: Policy, query: str = ""
+) -> list[tuple[ToolSpec, PolicyDecision]]:
+    """The tools matching `query`, each with the decision the engine will make for its calls
+    under the server's configured policy (never the tool's default alone)."""
+    return [(spec, policy.decide(spec)) for spec in registry.describe(query)]
+
+
+def execute_description(registry: ToolRegistry, policy: Policy) -> str:
     lines = [
         "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
         "keyword arguments; the value of the last expression is the result and print() "
         "output is returned as logs. Some calls need a person's approval: the answer is then "
         "`waiting_for_interaction` with an executionId and an approvalUrl; call `resume` with "
         "the executionId (and action accept/decline/cancel when the user decided in chat). "
-        "A declined call raises PermissionError inside the code. Available tools:",
+        "A declined or blocked call raises PermissionError inside the code. Available tools, "
+        "with what this server's policy does with their calls:",
     ]
-    lines += [f"- {spec.signature()}" for spec in registry.specs()]
+    lines += [
+        f"- {listed_signature(spec, decision)}" for spec, decision in listing(registry, policy)
+    ]
     return "\n".join(lines)
 
 
-def tool_list(registry: ToolRegistry, max_code_chars: int) -> list[types.Tool]:
+def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> list[types.Tool]:
     return [
         types.Tool(
             name="execute",
-            description=execute_description(registry),
+            description=execute_description(registry, policy),
             input_schema={
                 "type": "object",
                 "properties": {
@@ -103,8 +129,9 @@ def tool_list(registry: ToolRegistry, max_code_chars: int) -> list[types.Tool]:
         ),
         types.Tool(
             name="describe_tools",
-            description="Details (arguments, whether approval is needed) of the tools the "
-            "code can call; `query` filters by words in their names and descriptions.",
+            description="Details of the tools the code can call: arguments, and what this "
+            "server's policy does with a call (auto-approved, requires approval, or blocked); "
+            "`query` filters by words in their names and descriptions.",
             input_schema={
                 "type": "object",
                 "properties": {"query": {"type": "string"}},
@@ -123,6 +150,8 @@ class LockgateMCP:
         max_code_chars: int,
     ) -> None:
         self.runner, self.registry = runner, registry
+        #: The engine's own policy, so a listing shows the decision a call will meet.
+        self.policy = runner.runtime.engine.policy
         #: (ExecutionView) -> approval URL for its pending call.
         self.approval_url = approval_url
         self.max_code_chars = max_code_chars
@@ -136,7 +165,9 @@ class LockgateMCP:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_list(self.registry, self.max_code_chars))
+        return types.ListToolsResult(
+            tools=tool_list(self.registry, self.policy, self.max_code_chars)
+        )
 
     async def _shape(self, outcome: ExecutionView | shapes.Running) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
@@ -186,25 +217,27 @@ class LockgateMCP:
                 return await self._shape(outcome)
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
-                found = self.registry.describe(query)
+                found = listing(self.registry, self.policy, query)
                 return types.CallToolResult(
                     content=[
                         types.TextContent(
                             type="text",
-                            text="\n".join(s.signature() for s in found) or "No tool matches.",
+                            text="\n".join(listed_signature(s, d) for s, d in found)
+                            or "No tool matches.",
                         )
                     ],
                     structured_content={
                         "tools": [
                             {
                                 "name": s.call_name,
-                                "signature": s.signature(),
+                                "signature": listed_signature(s, decision),
                                 "description": s.description,
                                 "parameters": s.parameters,
                                 "idempotent": s.idempotent,
-                                "policy": str(s.default_policy),
+                                "policy": decision.value,
+                                "default_policy": s.default_policy.value,
                             }
-                            for s in found
+                            for s, decision in found
                         ]
                     },
                 )
