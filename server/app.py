@@ -119,7 +119,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         runtime.sessions,
         deadline=settings.response_deadline_secs,
         drain=drain,
-        held=lambda session_id: session_id in session_manager._server_instances,
+        held=session_manager.held,
         replayable=session_manager.replayable,
         max_sessions_per_principal=settings.max_sessions_per_principal,
     )

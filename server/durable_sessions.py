@@ -10,6 +10,12 @@ a connection whose initialize state is restored from the row, so the client need
 Every session's transport gets its own replay log (`server/event_store.py`), never one
 shared by all sessions: a Last-Event-ID can only ever replay the events of the session it
 is sent on.
+
+This is the one module that reaches into the SDK's private session bookkeeping
+(`_server_instances`, `_session_owners`, `_session_creation_lock`, `_task_group`,
+`_lifespan_state`, and the overridden `_handle_stateful_request`, `_admit_session`,
+`_discard_session`). That is why `mcp` is pinned to one version in pyproject.toml, and why
+tests/test_sdk_contract.py fails, naming what changed, when an upgrade moves any of it.
 """
 
 from __future__ import annotations
@@ -92,6 +98,10 @@ class DurableSessionManager(StreamableHTTPSessionManager):
         await super()._discard_session(session_id, transport)
         if session_id not in self._server_instances:
             self.replay.discard(session_id)
+
+    def held(self, session_id: str) -> bool:
+        """Whether this process holds that session in memory (its transport is running)."""
+        return session_id in self._server_instances
 
     def replayable(self, session_id: str, event_id: str) -> bool:
         """Whether this process can replay the events after `event_id` on that session."""
