@@ -44,7 +44,10 @@ def test_specs() -> None:
     for name in ("write", "delete"):
         assert not specs[name].idempotent
         assert specs[name].default_policy is PolicyDecision.REQUIRE_APPROVAL
-    assert all(spec.secrets == ("notes_token",) for spec in specs.values())
+    # The demo writes local files: it needs no secret, so a first run needs no set-up.
+    assert all(spec.secrets == () for spec in specs.values())
+    credentialed = NotesSource(expected_token=TOKEN).tools()
+    assert all(tool.spec.secrets == ("notes_token",) for tool in credentialed)
 
 
 def test_write_read_list_delete(notes: NotesSource) -> None:
@@ -155,20 +158,29 @@ def test_concurrent_writes_from_threads(notes: NotesSource) -> None:
     assert len(notes.effects()) == 121  # 120 writes and the list
 
 
+ARGUMENTS: dict[str, dict[str, JsonValue]] = {
+    "read": {"key": "a"},
+    "list": {},
+    "write": {"key": "a", "text": "x"},
+    "delete": {"key": "a"},
+}
+
+
 @pytest.mark.parametrize("name", ["read", "list", "write", "delete"])
-def test_every_tool_needs_the_token(notes: NotesSource, name: str) -> None:
-    by_tool: dict[str, dict[str, JsonValue]] = {
-        "read": {"key": "a"},
-        "list": {},
-        "write": {"key": "a", "text": "x"},
-        "delete": {"key": "a"},
-    }
-    arguments = by_tool[name]
+def test_with_an_expected_token_every_tool_needs_it(tmp_path: Path, name: str) -> None:
+    notes = NotesSource(tmp_path, expected_token=TOKEN)
+    arguments = ARGUMENTS[name]
     with pytest.raises(ToolFailed, match="notes token missing"):
         call(notes, name, context(token=None), **arguments)
     with pytest.raises(ToolFailed, match="notes token missing"):
         call(notes, name, context(token=""), **arguments)
     assert notes.effects() == []  # refused before anything ran
+
+
+@pytest.mark.parametrize("name", ["list", "write", "delete"])
+def test_the_demo_tools_run_without_a_token(notes: NotesSource, name: str) -> None:
+    call(notes, name, context(token=None), **ARGUMENTS[name])
+    assert [entry["tool"] for entry in notes.effects()] == [f"notes.{name}"]
 
 
 def test_a_wrong_token_is_rejected_without_echoing_either(tmp_path: Path) -> None:

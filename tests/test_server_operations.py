@@ -48,8 +48,7 @@ pytestmark = pytest.mark.slow
 both_modes = pytest.mark.parametrize("mode", MODES)
 
 
-#: Agent code that dispatches every notes tool (the secret `notes_token` is resolved for
-#: each call), fails one call on purpose and prints.
+#: Agent code that dispatches every notes tool, fails one call on purpose and prints.
 def busy_code(key: str) -> str:
     return (
         "import tools\n"

@@ -5,6 +5,12 @@ Its log of calls is what crash tests count: every dispatch appends one line to
 many times a write really ran, and how many times an idempotent read was re-dispatched.
 Both files stay consistent when the process is SIGKILLed: notes are replaced atomically and
 a torn last log line is skipped on reading.
+
+The demo needs no secret: it writes local files, and a first run must work with no set-up.
+Given an `expected_token`, the same tools act as a credentialed source instead: each declares
+the secret `notes_token` (resolved by the secret store at dispatch, from
+`LOCKGATE_SECRET_NOTES_TOKEN` in a server) and refuses a call without that exact token, which
+is how tests show a secret reaching its call and nowhere else.
 """
 
 from __future__ import annotations
@@ -59,7 +65,6 @@ def _spec(
         returns=returns,
         idempotent=read_only,
         default_policy=PolicyDecision.APPROVE if read_only else PolicyDecision.REQUIRE_APPROVAL,
-        secrets=(TOKEN_SECRET,),
     )
 
 
@@ -96,22 +101,22 @@ class _NotesTool:
     expected_token: str | None = field(repr=False)  # a repr reaches logs and tracebacks
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        token = context.secrets.get(TOKEN_SECRET)
-        # Neither message includes the token, right or wrong.
-        if not token:
-            raise ToolFailed(f"notes token missing: the call needs the secret {TOKEN_SECRET!r}")
-        if self.expected_token is not None and not hmac.compare_digest(
-            token.encode(), self.expected_token.encode()
-        ):
-            raise ToolFailed("notes token rejected")
+        if self.expected_token is not None:
+            token = context.secrets.get(TOKEN_SECRET)
+            # Neither message includes the token, right or wrong.
+            if not token:
+                raise ToolFailed(f"notes token missing: the call needs the secret {TOKEN_SECRET!r}")
+            if not hmac.compare_digest(token.encode(), self.expected_token.encode()):
+                raise ToolFailed("notes token rejected")
         return self.handler(arguments, context)
 
 
 class NotesSource:
     """The `notes` tools. `data_dir=None` keeps everything in memory (one process only).
 
-    `expected_token`, when given, is the only `notes_token` the tools accept, so tests can
-    check that the right secret reached the call.
+    Without `expected_token` (the server's demo source) the tools need no secret. With it,
+    every tool declares the secret `notes_token` and accepts only this value, so tests can
+    check that the right secret reached the call through the secret store.
     """
 
     name = SOURCE
@@ -132,6 +137,11 @@ class NotesSource:
             (WRITE, self._write),
             (DELETE, self._delete),
         ]
+        if self._expected_token is not None:
+            handlers = [
+                (spec.model_copy(update={"secrets": (TOKEN_SECRET,)}), handler)
+                for spec, handler in handlers
+            ]
         return [_NotesTool(spec, handler, self._expected_token) for spec, handler in handlers]
 
     def effects(self) -> list[dict[str, JsonValue]]:
