@@ -162,17 +162,27 @@ class ApprovalSurface:
         self.rate = rate
 
     def approval_url(self, view: ExecutionView) -> str | None:
-        """Mint a fresh single-use link for the call a paused execution waits on."""
+        """The link for the call a paused execution waits on: minted the first time an
+        answer shows the call, the same link in every answer after (`ApprovalTokens.link`).
+        It expires with the call's deadline, the expiry the page shows."""
         if view.pending is None or view.pending.deadline is None:
             return None
-        token = self.tokens.mint(
+        token = self.tokens.link(
             view.id,
             view.pending.seq,
             view.principal_id,
             view.pending.deadline,
             key_id=current_key_id.get(),
+            now=self._now(),
         )
         return f"{self.runtime.settings.base_url}/approve/{token}"
+
+    def _now(self) -> datetime:
+        """The runtime's clock: links expire on the same clock as the calls' deadlines."""
+        return self.runtime.engine.clock()
+
+    def _check(self, token: str, execution_id: str | None) -> ApprovalToken:
+        return self.tokens.check(token, execution_id, now=self._now())
 
     def _code(self, execution_id: str) -> str:
         with self.runtime.engine.store.session() as s:
@@ -194,7 +204,7 @@ class ApprovalSurface:
         token = request.headers.get(TOKEN_HEADER)
         if token:
             try:
-                row = await to_thread.run_sync(self.tokens.check, token, execution_id)
+                row = await to_thread.run_sync(self._check, token, execution_id)
             except TokenRefused as exc:
                 raise Refusal(
                     TOKEN_STATUS.get(exc.reason, 403),
@@ -295,7 +305,9 @@ class ApprovalSurface:
         token = request.headers.get(TOKEN_HEADER, "")
         if token_row is not None:
             await to_thread.run_sync(self._still_pending, token_row)
-            await to_thread.run_sync(self.tokens.consume, token, execution_id)  # once, atomically
+            await to_thread.run_sync(
+                lambda: self.tokens.consume(token, execution_id, now=self._now())
+            )  # once, atomically
         try:
             outcome = await self.runner.resume(
                 principal,
@@ -319,7 +331,7 @@ class ApprovalSurface:
 
     async def _page(self, token: str) -> HTMLResponse:
         try:
-            row = await to_thread.run_sync(self.tokens.check, token, None)
+            row = await to_thread.run_sync(self._check, token, None)
         except TokenRefused as exc:
             return _notice(*_TOKEN_NOTICES.get(exc.reason, _TOKEN_NOTICES["unknown"]))
         try:

@@ -1,13 +1,21 @@
-"""Single-use approval tokens: what makes an approval URL unguessable and bound to one call."""
+"""Single-use approval tokens: what makes an approval URL unguessable and bound to one call.
+
+A paused call has one link per API key: minted the first time an answer shows the call, and
+the same link in every answer after that (`link`). What a person reading the page needs is
+that every link they were given for the call is the same one, and that it works exactly as
+long as the call can still be decided: until it is used, or until the call's deadline (the
+expiry the page shows), measured on the runtime's clock like the deadline itself. Only a
+link that can no longer decide (used, expired, or its key revoked) is replaced.
+
+Every time here is the caller's `now`, from the runtime's clock: expiry follows the same
+clock as the call's deadline. The rows are read and written through the store.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
-
-from sqlalchemy import delete, update
-from sqlmodel import col
 
 from machine.db.schema import ApprovalToken
 from machine.db.store import SqlStore
@@ -29,6 +37,11 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def link_name(execution_id: str, call_seq: int, key_id: str | None) -> str:
+    """What a call's link is handed out as (`ApprovalToken.link`)."""
+    return f"{execution_id}:{call_seq}:{key_id or ''}"
+
+
 #: Expired tokens are kept this long (so a late click still gets "expired", not "unknown").
 KEEP_EXPIRED = timedelta(days=1)
 #: How often minting also purges old tokens.
@@ -40,6 +53,37 @@ class ApprovalTokens:
         self.store, self.keys = store, keys
         self._last_purge = datetime.min.replace(tzinfo=UTC)
 
+    def link(
+        self,
+        execution_id: str,
+        call_seq: int,
+        principal_id: str,
+        expires_at: datetime,
+        *,
+        key_id: str | None,
+        now: datetime,
+    ) -> str:
+        """The token of the call's link for `key_id`: the one handed out before while it
+        can still decide this call until `expires_at`, else a new one (which replaces it)."""
+        held = self.store.approval_link(link_name(execution_id, call_seq, key_id))
+        if (
+            held is not None
+            and held.token is not None
+            and held.used_at is None
+            and held.expires_at == expires_at
+            and now < held.expires_at
+            and self._key_alive(held)
+        ):
+            return held.token
+        token = secrets.token_urlsafe(32)
+        row = self._row(token, execution_id, call_seq, principal_id, expires_at, key_id, now)
+        row.link, row.token = link_name(execution_id, call_seq, key_id), token
+        won = self.store.hand_out_approval_link(
+            row, retire=held.token_hash if held is not None else None
+        )
+        assert won.token is not None
+        return won.token
+
     def mint(
         self,
         execution_id: str,
@@ -47,31 +91,42 @@ class ApprovalTokens:
         principal_id: str,
         expires_at: datetime,
         key_id: str | None = None,
+        *,
+        now: datetime,
     ) -> str:
+        """A token of its own, never handed out again (what links minted before 0006 are)."""
         token = secrets.token_urlsafe(32)
-        now = datetime.now(UTC)
+        self.store.add_approval_token(
+            self._row(token, execution_id, call_seq, principal_id, expires_at, key_id, now)
+        )
+        return token
+
+    def _row(
+        self,
+        token: str,
+        execution_id: str,
+        call_seq: int,
+        principal_id: str,
+        expires_at: datetime,
+        key_id: str | None,
+        now: datetime,
+    ) -> ApprovalToken:
         if now - self._last_purge >= PURGE_EVERY:
             self._last_purge = now
             self.purge(now - KEEP_EXPIRED)
-        with self.store.session() as s:
-            s.add(
-                ApprovalToken(
-                    token_hash=_hash(token),
-                    execution_id=execution_id,
-                    call_seq=call_seq,
-                    principal_id=principal_id,
-                    key_id=key_id,
-                    created_at=datetime.now(UTC),
-                    expires_at=expires_at,
-                )
-            )
-            s.commit()
-        return token
+        return ApprovalToken(
+            token_hash=_hash(token),
+            execution_id=execution_id,
+            call_seq=call_seq,
+            principal_id=principal_id,
+            key_id=key_id,
+            created_at=now,
+            expires_at=expires_at,
+        )
 
-    def check(self, token: str, execution_id: str | None = None) -> ApprovalToken:
+    def check(self, token: str, execution_id: str | None = None, *, now: datetime) -> ApprovalToken:
         """The token's row if it may still be used (for `execution_id`, when given)."""
-        with self.store.session() as s:
-            row = s.get(ApprovalToken, _hash(token))
+        row = self.store.approval_token(_hash(token))
         if row is None or (execution_id is not None and row.execution_id != execution_id):
             raise TokenRefused(
                 "unknown",
@@ -79,7 +134,7 @@ class ApprovalTokens:
             )
         if row.used_at is not None:
             raise TokenRefused("used", "This approval link was already used.")
-        if datetime.now(UTC) >= row.expires_at:
+        if now >= row.expires_at:
             raise TokenRefused("expired", "This approval link has expired.")
         if not self._key_alive(row):
             raise TokenRefused(
@@ -98,36 +153,15 @@ class ApprovalTokens:
     def release(self, token: str) -> None:
         """Give a used token back: the decision it carried was not taken (the execution
         could not accept it), so the approver may try again."""
-        with self.store.session() as s:
-            s.execute(
-                update(ApprovalToken)
-                .where(col(ApprovalToken.token_hash) == _hash(token))
-                .values(used_at=None)
-            )
-            s.commit()
+        self.store.release_approval_token(_hash(token))
 
     def purge(self, older_than: datetime) -> int:
         """Delete tokens that expired before `older_than` (they can only be refused)."""
-        with self.store.session() as s:
-            result = s.execute(
-                delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
-            )
-            s.commit()
-        return int(result.rowcount)  # type: ignore[attr-defined]
+        return self.store.purge_approval_tokens(older_than)
 
-    def consume(self, token: str, execution_id: str) -> ApprovalToken:
+    def consume(self, token: str, execution_id: str, *, now: datetime) -> ApprovalToken:
         """Use the token up (once: a conditional update, so two clicks cannot both pass)."""
-        row = self.check(token, execution_id)
-        with self.store.session() as s:
-            result = s.execute(
-                update(ApprovalToken)
-                .where(
-                    col(ApprovalToken.token_hash) == row.token_hash,
-                    col(ApprovalToken.used_at).is_(None),
-                )
-                .values(used_at=datetime.now(UTC))
-            )
-            s.commit()
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        row = self.check(token, execution_id, now=now)
+        if not self.store.use_approval_token(row.token_hash, now):
             raise TokenRefused("used", "This approval link was already used.")
         return row

@@ -73,12 +73,30 @@ class Served:
         assert view.status == "waiting_for_interaction", view
         return view
 
-    def mint(self, view: ExecutionView, expires_at: datetime | None = None) -> str:
-        """A token for the call `view` waits on, as `ApprovalSurface.approval_url` mints it."""
+    def mint(
+        self, view: ExecutionView, expires_at: datetime | None = None, *, spare: bool = False
+    ) -> str:
+        """The link for the call `view` waits on, as `ApprovalSurface.approval_url` hands it
+        out; with `expires_at` or `spare`, a token of its own (as older versions minted)."""
         assert view.pending is not None and view.pending.deadline is not None
         store = self.runtime.engine.store
-        return ApprovalTokens(store, ApiKeys(store)).mint(
-            view.id, view.pending.seq, view.principal_id, expires_at or view.pending.deadline
+        tokens = ApprovalTokens(store, ApiKeys(store))
+        now = self.runtime.engine.clock()
+        if expires_at is None and not spare:
+            return tokens.link(
+                view.id,
+                view.pending.seq,
+                view.principal_id,
+                view.pending.deadline,
+                key_id=None,
+                now=now,
+            )
+        return tokens.mint(
+            view.id,
+            view.pending.seq,
+            view.principal_id,
+            expires_at or view.pending.deadline,
+            now=now,
         )
 
     def status_of(self, execution_id: str) -> str:
@@ -410,7 +428,7 @@ def test_resume_with_a_bearer_key(served: Served) -> None:
 def test_a_token_decides_only_the_call_it_was_minted_for(served: Served) -> None:
     view = served.pause(TWO_WRITES)
     first = served.mint(view)
-    spare = served.mint(view)  # a second link for the same first call, never used
+    spare = served.mint(view, spare=True)  # another link for the same first call, unused
     assert (
         served.post(
             f"/api/executions/{view.id}/resume",

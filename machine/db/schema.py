@@ -169,7 +169,11 @@ class OwedRequest(SQLModel, table=True):
 class ApprovalToken(SQLModel, table=True):
     """A single-use credential in an approval URL, bound to one paused call.
 
-    Only its sha256 is stored: the URL holds the token itself (256 random bits).
+    It is found by its sha256 (the URL holds the token itself, 256 random bits). The token
+    is also kept, in `token`, while the link is still handed out: every answer that shows
+    the paused call must give the same link, from any instance and after a restart, so the
+    server has to be able to read it back. It is cleared once the link can no longer be
+    handed out (used, or retired for a new one).
     """
 
     __tablename__ = "approval_tokens"
@@ -185,6 +189,14 @@ class ApprovalToken(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
     expires_at: datetime = Field(sa_column=_when())
     used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    #: The token itself, while this is the link handed out for its call (see above).
+    token: str | None = Field(default=None, sa_column=Column(String(64), nullable=True))
+    #: What the link is handed out for, `<execution id>:<call seq>:<key id>`: unique, so a
+    #: call gets one link per API key however often, and on however many instances, it is
+    #: shown. None for a link nobody hands out again (retired, or minted before 0006).
+    link: str | None = Field(
+        default=None, sa_column=Column(String(200), nullable=True, unique=True, index=True)
+    )
 
 
 class TransitionLog(SQLModel, table=True):

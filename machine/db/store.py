@@ -17,10 +17,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, Table, update
-from sqlmodel import Session, SQLModel
+from sqlalchemy import Engine, Table, delete, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, SQLModel, col, select
 
-from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog
+from machine.db.schema import (
+    ApprovalToken,
+    Execution,
+    Instance,
+    OwedRequest,
+    ToolCall,
+    TransitionLog,
+)
 from machine.db.schema import Session as SessionRow
 from machine.errors import Conflict, IllegalTransition
 from machine.records import Change, Fence
@@ -139,3 +147,77 @@ class SqlStore:
                 source="(new)",
                 dest=str(status),
             )
+
+    # -- approval tokens: credentials outside the lifecycles ----------------------------------
+
+    def approval_token(self, token_hash: str) -> ApprovalToken | None:
+        with self.session() as s:
+            return s.get(ApprovalToken, token_hash)
+
+    def approval_link(self, link: str) -> ApprovalToken | None:
+        """The token currently handed out as `link` (see `ApprovalToken.link`)."""
+        with self.session() as s:
+            return s.exec(select(ApprovalToken).where(ApprovalToken.link == link)).first()
+
+    def add_approval_token(self, row: ApprovalToken) -> None:
+        with self.session() as s, s.begin():
+            s.add(row)
+
+    def hand_out_approval_link(
+        self, row: ApprovalToken, *, retire: str | None = None
+    ) -> ApprovalToken:
+        """Make `row` the token handed out as its `link`, first retiring the token `retire`
+        (by hash) from it, in one transaction. If another writer handed a token out as that
+        link first, its row is returned instead: the link is unique, so two answers shown at
+        once still give one link."""
+        assert row.link is not None
+        for _ in range(3):
+            try:
+                with self.session() as s, s.begin():
+                    if retire is not None:
+                        s.execute(
+                            update(ApprovalToken)
+                            .where(
+                                col(ApprovalToken.token_hash) == retire,
+                                col(ApprovalToken.link) == row.link,
+                            )
+                            .values(link=None, token=None)
+                        )
+                    s.add(row)
+                return row
+            except IntegrityError:
+                # Lost the race: the winner's committed row is the link. Had it been retired
+                # in between by yet another writer, try again.
+                won = self.approval_link(row.link)
+                if won is not None:
+                    return won
+        raise RuntimeError(f"approval link {row.link!r} kept changing while being handed out")
+
+    def use_approval_token(self, token_hash: str, at: datetime) -> bool:
+        """Mark the token used, once: False when it was used already."""
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(ApprovalToken)
+                .where(
+                    col(ApprovalToken.token_hash) == token_hash,
+                    col(ApprovalToken.used_at).is_(None),
+                )
+                .values(used_at=at)
+            )
+        return int(result.rowcount) == 1  # type: ignore[attr-defined]
+
+    def release_approval_token(self, token_hash: str) -> None:
+        with self.session() as s, s.begin():
+            s.execute(
+                update(ApprovalToken)
+                .where(col(ApprovalToken.token_hash) == token_hash)
+                .values(used_at=None)
+            )
+
+    def purge_approval_tokens(self, older_than: datetime) -> int:
+        """Delete tokens that expired before `older_than`; returns how many."""
+        with self.session() as s, s.begin():
+            result = s.execute(
+                delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
