@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -208,6 +209,12 @@ class Settings(BaseSettings):
         default=False,
         description="Require an API key (Authorization: Bearer) on /metrics. The metrics "
         "carry no principal, execution or session ids either way.",
+    )
+    log_format: Literal["auto", "text", "json"] = Field(
+        default="auto",
+        description="How `lockgate serve` writes its log on stderr: `json` (one object per "
+        "line: ts, level, logger, message, execution and session ids), `text` (readable "
+        "lines), or `auto`: text when stderr is a terminal, JSON otherwise.",
     )
 
     @field_validator(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -265,7 +265,7 @@ def run_server(
                 2,
             )
         created = keys.create("local")
-    configure_logging()
+    configure_logging(log_format(settings.log_format, sys.stderr))
     from server.app import create_app
 
     runtime = None
@@ -307,6 +307,14 @@ def run_server(
     # a clean exit, so that re-raise lands here and exits 0.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     DrainingServer(config).run()
+
+
+def log_format(setting: str, stream: Any) -> Literal["text", "json"]:
+    """`auto`: readable lines for a person watching the terminal the log goes to (stderr),
+    JSON for whatever collects it otherwise (a file, a pipe, a container runtime)."""
+    if setting == "text" or (setting == "auto" and stream.isatty()):
+        return "text"
+    return "json"
 
 
 def _keys_for(settings: Any) -> Any:

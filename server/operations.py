@@ -8,7 +8,8 @@ import re
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -31,30 +32,71 @@ log_execution_id: ContextVar[str | None] = ContextVar("log_execution_id", defaul
 log_session_id: ContextVar[str | None] = ContextVar("log_session_id", default=None)
 
 
+def _message(record: logging.LogRecord) -> str:
+    # Approval tokens are credentials: access log lines must not carry them.
+    return APPROVAL_PATH.sub("/approve/<redacted>", record.getMessage())
+
+
+def _ids(record: logging.LogRecord) -> dict[str, str]:
+    """The execution and session a line is about: given with the call, or from the request."""
+    ids: dict[str, str] = {}
+    for key, var in (("execution_id", log_execution_id), ("session_id", log_session_id)):
+        value = getattr(record, key, None) or var.get()
+        if value:
+            ids[key] = str(value)
+    return ids
+
+
+def _exception(record: logging.LogRecord) -> str | None:
+    # The exception type only: messages and stacks may carry data we must not log.
+    if record.exc_info and record.exc_info[0] is not None:
+        return record.exc_info[0].__name__
+    return None
+
+
 class JsonLogFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, execution and session ids."""
 
     def format(self, record: logging.LogRecord) -> str:
+        # UTC to the millisecond: lines from several instances sort into one timeline.
+        when = datetime.fromtimestamp(record.created, UTC)
         entry: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "ts": f"{when:%Y-%m-%dT%H:%M:%S}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            # Approval tokens are credentials: access log lines must not carry them.
-            "message": APPROVAL_PATH.sub("/approve/<redacted>", record.getMessage()),
+            "message": _message(record),
+            **_ids(record),
         }
-        for key, var in (("execution_id", log_execution_id), ("session_id", log_session_id)):
-            value = getattr(record, key, None) or var.get()
-            if value:
-                entry[key] = value
         if record.exc_info:
-            # The exception type only: messages and stacks may carry data we must not log.
-            entry["exception"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+            entry["exception"] = _exception(record)
         return json.dumps(entry)
 
 
-def configure_logging(level: str = "INFO") -> None:
+class TextLogFormatter(logging.Formatter):
+    """A readable line for a person at a terminal, with what the JSON line says: local time,
+    level, logger, message, then the ids and the exception type in brackets. Redacted the same
+    way, and one line per record (a newline in a message is escaped)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created)
+        extras = [f"{key}={value}" for key, value in _ids(record).items()]
+        exception = _exception(record)
+        if exception:
+            extras.append(f"exception={exception}")
+        message = _message(record).replace("\n", "\\n")
+        suffix = f" [{' '.join(extras)}]" if extras else ""
+        return (
+            f"{when:%Y-%m-%d %H:%M:%S}.{int(record.msecs):03d} {record.levelname:<8} "
+            f"{record.name}: {message}{suffix}"
+        )
+
+
+LogFormat = Literal["text", "json"]
+
+
+def configure_logging(log_format: LogFormat = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonLogFormatter())
+    handler.setFormatter(TextLogFormatter() if log_format == "text" else JsonLogFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -108,6 +150,18 @@ class Metrics:
 
 transitions_log = logging.getLogger("lockgate.transitions")
 
+#: Renewals and per-request bookkeeping, logged at debug: at info a heartbeat every few
+#: seconds and three lines per request would drown the transitions an operator looks for.
+#: The transition log table and /metrics still count every one of them.
+ROUTINE_TRANSITIONS = frozenset(
+    {
+        ("instance", "heartbeat"),
+        ("session", "begin_request"),
+        ("session", "end_request"),
+        ("owed_request", "answer"),
+    }
+)
+
 
 def log_transitions(changes: tuple[Change, ...]) -> None:
     """One log line per committed transition, naming its execution (statuses only)."""
@@ -116,7 +170,9 @@ def log_transitions(changes: tuple[Change, ...]) -> None:
             execution_id = change.record_id.split(":")[0]
         else:
             execution_id = None
-        transitions_log.info(
+        routine = (change.machine, change.event) in ROUTINE_TRANSITIONS
+        transitions_log.log(
+            logging.DEBUG if routine else logging.INFO,
             "%s %s: %s %s -> %s",
             change.machine,
             change.record_id,
