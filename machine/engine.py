@@ -196,7 +196,7 @@ class Engine:
     def submit(self, principal_id: str, code: str, session_id: str | None = None) -> str:
         """Store a new pending execution for any instance to claim; returns its id."""
         row = self._new_execution(principal_id, code, session_id)
-        self.write.store.commit([], [row])  # a new row in its initial state, no transition
+        self.write.create("execution", row)
         return row.id
 
     def begin(

@@ -76,7 +76,7 @@ class InstanceLease:
                 lease_until=now + self.ttl,
             )
             try:
-                self.store.commit([], [row])
+                self.write.create("instance", row)
             except IntegrityError:
                 continue  # another instance took that incarnation number: take the next
             self.row, self.record = row, _record(row)

@@ -130,7 +130,7 @@ class Sessions:
             last_activity=now,
             created_at=now,
         )
-        self.store.commit([], [row])
+        self.write.create("session", row)
         with self._lock:
             self._in_flight[session_id] = 1
         return row
@@ -248,7 +248,7 @@ class Sessions:
             execution_id=execution_id,
             created_at=self.clock(),
         )
-        self.store.commit([], [row])
+        self.write.create("owed_request", row)
         return _record(row)
 
     def answered(self, owed: Record) -> None:

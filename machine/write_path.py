@@ -1,4 +1,5 @@
-"""The one write path: every status change of every lifecycle goes through `WritePath.apply`.
+"""The one write path: every status change of every lifecycle goes through `WritePath.apply`,
+and every row created on its own through `WritePath.create`.
 
 For each step it asks the spec's machine which declared edge the event takes (refusing
 undeclared ones), runs the edge's bound effects to compute column updates, and commits all
@@ -20,7 +21,7 @@ from machine.faults import Faults
 from machine.machines import LifecycleMachine, build_machines
 from machine.records import Change, Fence, Record
 from machine.store import TransitionStore
-from spec.crash_points import CrashPoint
+from spec.crash_points import CrashPoint, creation_points
 from spec.model import EffectTiming, Phase, TransitionSpec
 
 T = TypeVar("T")
@@ -102,6 +103,20 @@ class WritePath:
             updates=updates,
         )
         return t, change
+
+    def create(self, machine: str, row: object) -> None:
+        """Insert one new row of `machine`, in its initial state, in a transaction of its own,
+        passing its creation's crash points as a transition passes its own (the store
+        refuses a row in any other state). Rows created with a transition go as `inserts`."""
+        spec = self.machines[machine].spec
+        if not spec.created_alone:
+            raise ValueError(f"a {machine} row is only ever inserted with a transition")
+        before, after = creation_points(spec)
+        if self.faults is not None:
+            self.faults.reached(before)
+        self.store.commit((), (row,))
+        if self.faults is not None:
+            self.faults.reached(after)
 
     def apply(
         self,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from machine.bindings import binding_names
-from spec import COMPOSITIONS, MACHINES, SpecInvalid, crash_points, load
+from spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
 if TYPE_CHECKING:
     from machine.tools.registry import ToolSource
@@ -47,7 +47,7 @@ def spec_check() -> None:
     for name, spec in machines.items():
         typer.echo(
             f"{name}: {len(spec.states)} states, {len(spec.transitions)} transitions, "
-            f"{len(crash_points(spec))} crash points: ok"
+            f"{len(every_crash_point(spec))} crash points: ok"
         )
 
 

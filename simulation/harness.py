@@ -51,7 +51,7 @@ from simulation.canary import LEAKING_CODE
 from simulation.inbox import Inbox, collect
 from simulation.invariants import Violation, check_all, history
 from simulation.world import CANARY, LogCapture, World
-from spec import MACHINES, CrashPoint, MachineSpec, crash_points
+from spec import MACHINES, CrashPoint, MachineSpec, every_crash_point
 from spec import ExecutionStatus as E
 
 T = TypeVar("T")
@@ -875,7 +875,7 @@ def _points(machine: str, event: str, *phases: str) -> tuple[CrashPoint, ...]:
     """The spec's crash points of one event (all its edges) in the given phases."""
     found = tuple(
         p
-        for p in crash_points(MACHINES[machine])
+        for p in every_crash_point(MACHINES[machine])
         if p.event == event and (not phases or p.phase in phases)
     )
     if not found:
@@ -1060,7 +1060,7 @@ def expire_sessions(h: Harness, data: Choices) -> None:
 
 
 def _driven_points(machines: Mapping[str, MachineSpec]) -> list[CrashPoint]:
-    return [p for m in DRIVEN_MACHINES if m in machines for p in crash_points(machines[m])]
+    return [p for m in DRIVEN_MACHINES if m in machines for p in every_crash_point(machines[m])]
 
 
 #: Client and operator actions the generic crash rule runs with a point armed.

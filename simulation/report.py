@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simulation.invariants import INVARIANTS
 from simulation.sweep import DRIVEN_MACHINES, RunResult, SweepReport
-from spec import MACHINES, CrashPoint, crash_points
+from spec import MACHINES, CrashPoint, every_crash_point
 
 
 def _abbreviate(names: Iterable[str], width: int = 60) -> str:
@@ -25,7 +25,7 @@ def coverage_matrix(report: SweepReport, machines: Iterable[str] = DRIVEN_MACHIN
     lines = []
     for machine in machines:
         lines.append(f"{machine}:")
-        for point in crash_points(MACHINES[machine]):
+        for point in every_crash_point(MACHINES[machine]):
             scenarios = report.coverage.get(point, set())
             mark = "  " if scenarios else "!!"
             transition = f"{point.event} {point.source}->{point.dest}"
@@ -38,7 +38,7 @@ def coverage_matrix(report: SweepReport, machines: Iterable[str] = DRIVEN_MACHIN
 
 def summary(report: SweepReport, scenarios: int, mode: str) -> str:
     unreached = report.unreached()
-    total = sum(len(crash_points(MACHINES[m])) for m in DRIVEN_MACHINES)
+    total = sum(len(every_crash_point(MACHINES[m])) for m in DRIVEN_MACHINES)
     return (
         f"simulation ({mode}): {scenarios} scenarios, {len(report.runs)} runs, "
         f"{report.crashes_fired()} crashes injected, "
@@ -81,7 +81,7 @@ def write_json(report: SweepReport, path: Path, *, mode: str, seed: int | None) 
         "coverage": {
             p.name: sorted(report.coverage.get(p, set()))
             for m in DRIVEN_MACHINES
-            for p in crash_points(MACHINES[m])
+            for p in every_crash_point(MACHINES[m])
         },
         "unreached": [p.name for p in report.unreached()],
         "invariants": list(INVARIANTS),

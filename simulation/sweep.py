@@ -27,7 +27,7 @@ from machine.runtime import Runtime
 from simulation.invariants import CallLists, Violation, calls_made, check_all, history
 from simulation.scenarios import CATALOG, Scenario, ScenarioFailed
 from simulation.world import CANARY, Client, LogCapture, World
-from spec import MACHINES, CrashPoint, crash_points
+from spec import MACHINES, CrashPoint, every_crash_point
 
 #: Crash plans go this deep: a crash, then one crash during its recovery.
 MAX_DEPTH = 2
@@ -179,7 +179,9 @@ class SweepReport:
         return [r for r in self.runs if not r.ok]
 
     def unreached(self, machines: Iterable[str] = DRIVEN_MACHINES) -> list[CrashPoint]:
-        return [p for m in machines for p in crash_points(MACHINES[m]) if p not in self.coverage]
+        return [
+            p for m in machines for p in every_crash_point(MACHINES[m]) if p not in self.coverage
+        ]
 
     def crashes_fired(self) -> int:
         return sum(len(r.fired) for r in self.runs)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from spec.checks import Bindings, Rule, SpecInvalid, SpecViolation, check
 from spec.composition import EXECUTION_WITH_TOOL_CALL
-from spec.crash_points import CrashPoint, crash_points
+from spec.crash_points import CrashPoint, crash_points, creation_points, every_crash_point
 from spec.execution import EXECUTION, ExecutionStatus
 from spec.instance import INSTANCE, InstanceStatus
 from spec.model import Composition, MachineSpec, StateSpec, TransitionKind, TransitionSpec
@@ -64,5 +64,7 @@ __all__ = [
     "TransitionSpec",
     "check",
     "crash_points",
+    "creation_points",
+    "every_crash_point",
     "load",
 ]

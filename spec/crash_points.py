@@ -2,6 +2,9 @@
 
 Every durable transition has a point before its commit and one after; a transition with an
 external effect also has one after the effect. Adding a transition to a spec adds its points.
+A row inserted in a transaction of its own (`MachineSpec.created_alone`) has two more, named
+`<machine>:create:new-><initial state>:<phase>`: its creation is a commit a crash can precede
+or follow like any other.
 """
 
 from __future__ import annotations
@@ -63,3 +66,21 @@ def crash_points_of(t: TransitionSpec, machine: str) -> tuple[CrashPoint, ...]:
 
 def crash_points(spec: MachineSpec) -> tuple[CrashPoint, ...]:
     return tuple(p for t in spec.transitions for p in crash_points_of(t, spec.name))
+
+
+#: The event and source that name a row's creation (it comes from no state).
+CREATE = "create"
+NEW = "new"
+
+
+def creation_points(spec: MachineSpec) -> tuple[CrashPoint, ...]:
+    """The points a row passes when it is inserted alone, in its initial state."""
+    if not spec.created_alone:
+        return ()
+    phases_: tuple[Phase, ...] = ("before_commit", "after_commit")
+    return tuple(CrashPoint(spec.name, CREATE, NEW, spec.initial.name, p) for p in phases_)
+
+
+def every_crash_point(spec: MachineSpec) -> tuple[CrashPoint, ...]:
+    """Its transitions' points and its creation's: everything the simulator must reach."""
+    return creation_points(spec) + crash_points(spec)

@@ -136,6 +136,11 @@ class MachineSpec(Frozen):
     #: Terminal states that count as a good end for the "every X ends ..." invariant; empty
     #: means every terminal state is a good end.
     good_ends: tuple[str, ...] = ()
+    #: Rows are inserted in a transaction of their own, so their creation has crash points
+    #: of its own (`<machine>:create:new-><initial>:before_commit|after_commit`). False for
+    #: rows always inserted with another record's transition (a tool call is inserted with
+    #: its execution's checkpoint, whose points it shares).
+    created_alone: bool = True
 
     def state(self, name: str) -> StateSpec:
         for s in self.states:

@@ -49,6 +49,7 @@ TOOL_CALL = MachineSpec(
         "have to approve it; intent is written before the effect and the result after."
     ),
     status=ToolCallStatus,
+    created_alone=False,  # inserted with its execution's checkpoint, in that transaction
     states=(
         StateSpec(
             name=S.REQUESTED,

@@ -212,3 +212,45 @@ def test_observers_are_told_each_committed_transaction(make_runtime: MakeRuntime
     with pytest.raises(Conflict):
         runtime.engine.write.apply(Step(stale, "close"))
     assert seen == [[("s", "active", "idle"), (owed.id, "owed", "lost")]]
+
+
+@pytest.mark.parametrize("machine", ["execution", "instance", "session", "owed_request"])
+def test_a_row_created_alone_passes_its_creation_crash_points(
+    make_runtime: MakeRuntime, machine: str
+) -> None:
+    """Executions queued by `submit`, instances, sessions and owed requests are inserted in a
+    transaction of their own: that commit is a crash point like any transition's."""
+    faults = Faults()
+    runtime = make_runtime(faults=faults)
+    opened(runtime)
+    runtime.sessions.owe("s", "1", "tools/call", None)
+    runtime.engine.submit("alice", "1")
+    before, after = spec.creation_points(spec.MACHINES[machine])
+    assert before.name == f"{machine}:create:new->{spec.MACHINES[machine].initial.name}:before_commit"
+    assert faults.hits[before] >= 1 and faults.hits[after] >= 1
+    assert spec.creation_points(spec.TOOL_CALL) == ()  # inserted with its checkpoint only
+
+
+def test_a_crash_before_a_queued_execution_commits_leaves_nothing_after_it_a_pending_row(
+    make_runtime: MakeRuntime,
+) -> None:
+    before, after = spec.creation_points(spec.EXECUTION)
+    runtime = make_runtime(faults=Faults([before]))
+    with pytest.raises(InjectedCrash):
+        runtime.engine.submit("alice", "1")
+    with runtime.engine.store.session() as s:
+        assert s.exec(select(Execution)).all() == []
+    runtime.engine.write.faults = Faults([after])
+    with pytest.raises(InjectedCrash):
+        runtime.engine.submit("alice", "2")
+    with runtime.engine.store.session() as s:
+        rows = s.exec(select(Execution)).all()
+    assert [(r.code, r.status) for r in rows] == [("2", "pending")]
+
+
+def test_create_refuses_a_row_that_is_only_inserted_with_a_transition(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    with pytest.raises(ValueError, match="only ever inserted with a transition"):
+        runtime.engine.write.create("tool_call", object())
