@@ -1,7 +1,9 @@
 """Recovering the live work of dead instances, by the spec's recovery edges.
 
-For each execution left running by an owner that no longer holds a lease, the journal is
-recovered before the execution (the model checker explores the same order):
+Which edge a record takes is the spec's: each state's `on_crash` lists its recovery events in
+order, and the first whose guards hold (decided by the write path, on the facts gathered
+here) is taken. For each execution left running by an owner that no longer holds a lease,
+the journal is recovered before the execution (the model checker explores the same order):
 
 1. its latest call, if dispatched, is re-dispatchable only when the tool is idempotent and
    the operator allows retries; otherwise it is marked in_doubt;
@@ -18,6 +20,7 @@ Only non-terminal executions are read (the live index), so the cost grows with l
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +31,7 @@ from machine.db.schema import Execution, ToolCall, live_executions
 from machine.engine import Engine, record_of
 from machine.errors import Conflict, GuardRefused
 from machine.instances import InstanceLease
+from machine.records import Record
 from machine.write_path import Step
 from spec import ExecutionStatus as E
 from spec import ToolCallStatus as C
@@ -98,30 +102,55 @@ class Recovery:
                 )
             )
 
+    def recovery_step(
+        self, record: Record, given: Mapping[str, object], now: datetime
+    ) -> tuple[Step, str] | None:
+        """The first of its state's `on_crash` events whose guards hold, with where it
+        leads; None when none does (the state's `otherwise` holds: it is reclaimed by the
+        requeued execution, or it waits durably). The spec decides, not this module."""
+        state = self.engine.write.machines[record.machine].spec.state(record.status)
+        if state.on_crash is None:
+            return None
+        for event in state.on_crash.events:
+            step = Step(record, event, given)
+            try:
+                transition, _ = self.engine.write.decide(step, now)
+            except GuardRefused:
+                continue  # its guards do not hold here: the next event, in the spec's order
+            return step, transition.dest
+        return None
+
     def recover_execution(self, row: Execution) -> E:
-        """Requeue or interrupt one orphaned execution. Every change to its calls is made in
-        the same transaction as the change to the execution itself, so the execution's
-        version guards them: if another instance recovered (and resumed) it since we read
-        it, the whole step conflicts and nothing of a live instance's work is touched."""
-        write = self.engine.write
+        """Move one orphaned execution by its state's recovery edge (requeue or interrupt),
+        after its latest call's own (a dispatched call is marked in doubt unless it may be
+        retried), and withdraw an unsent call of an execution that ended.
+
+        Every change to its calls is made in the same transaction as the change to the
+        execution itself, so the execution's version guards them: if another instance
+        recovered (and resumed) it since we read it, the whole step conflicts and nothing of
+        a live instance's work is touched."""
+        now = self.engine.clock()
         calls = self._calls(row.id)
         latest = calls[-1] if calls else None
-        execution = record_of(row)
-        in_doubt = any(c.status == C.IN_DOUBT for c in calls)
         steps: list[Step] = []
         if latest is not None and latest.status == C.DISPATCHED:
-            retry = latest.idempotent and not self.engine.settings.conservative_recovery
-            if not retry:
-                steps.append(Step(record_of(latest), "mark_in_doubt"))
-                latest.status = C.IN_DOUBT.value
-                in_doubt = True
-        if not in_doubt and not self.engine.settings.conservative_recovery:
-            write.apply(Step(execution, "requeue", {"unsafe_in_doubt": False}))
-            return E.PENDING
-        steps.append(
-            Step(execution, "interrupt", {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)})
-        )
-        if latest is not None and latest.status in (C.REQUESTED, C.APPROVED):
-            steps.append(Step(record_of(latest), "withdraw_on_crash", {"execution_ended": True}))
-        write.apply(*steps)
-        return E.INTERRUPTED
+            moved = self.recovery_step(record_of(latest), {}, now)
+            if moved is not None:
+                steps.append(moved[0])
+                latest.status = moved[1]  # what_ran names it as it will be stored
+        in_doubt = any(c.status == C.IN_DOUBT for c in calls)
+        given = {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)}
+        decided = self.recovery_step(record_of(row), given, now)
+        if decided is None:  # the spec gives a running execution an edge for every case
+            raise RuntimeError(f"no recovery edge holds for execution {row.id}")
+        step, dest = decided
+        steps.append(step)
+        if latest is not None and self._ends(dest):
+            withdrawn = self.recovery_step(record_of(latest), {"execution_ended": True}, now)
+            if withdrawn is not None:
+                steps.append(withdrawn[0])
+        self.engine.write.apply(*steps)
+        return E(dest)
+
+    def _ends(self, status: str) -> bool:
+        return self.engine.write.machines["execution"].spec.state(status).terminal
