@@ -104,6 +104,10 @@ class Runtime:
                 max_memory_bytes=settings.max_memory_bytes,
                 max_recursion_depth=settings.max_recursion_depth,
                 max_calls=settings.max_calls,
+                # The user's limits, applied once, in the sandbox: the engine's own cut of
+                # the same size is then a no-op instead of cutting a truncation marker.
+                max_output_bytes=settings.max_result_bytes,
+                max_log_chars=settings.max_log_chars,
             ),
             max_processes=settings.sandbox_workers,
             max_per_principal=settings.max_workers_per_principal,
