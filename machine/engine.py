@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -25,7 +25,7 @@ from pydantic import JsonValue
 from sqlmodel import col, func, select
 
 from machine.db.schema import Execution, ToolCall, live_executions
-from machine.db.store import SqlStore
+from machine.db.store import SqlStore, StoreWrite
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
     ExecutionAlreadySettled,
@@ -495,6 +495,7 @@ class Engine:
         content: JsonValue = None,
         *,
         expected_call: int | None = None,
+        writes: Sequence[StoreWrite] = (),
     ) -> ExecutionView:
         """Apply a person's decision to a paused execution and run it on.
 
@@ -502,7 +503,9 @@ class Engine:
         on an execution that is no longer waiting is `already_settled`. With
         `expected_call`, the decision applies only to that call (an approval link decides
         the call it was made for, never a later one): the check and the decision are one
-        transaction, since the decision is conditional on the row's version."""
+        transaction, since the decision is conditional on the row's version. `writes`
+        commit in the decision's transaction (an approval link used up by it); with them, a
+        repeat is `already_settled` too, since they were not made."""
         row = self._owned(execution_id, principal_id)
         row = self._expire_if_due(row)
         if (
@@ -536,6 +539,7 @@ class Engine:
                         {"decision": decision, "deadline": row.deadline},
                     ),
                     Step(ex, "resume", {"owner": self.owner}),
+                    writes=writes,
                 )
             except (Conflict, GuardRefused, IllegalTransition):
                 # Lost the race (our read was stale by the time we wrote): see who won.
@@ -543,9 +547,9 @@ class Engine:
             else:
                 self._guarded(ex, lambda: (self._advance_call(ex, call, snapshot), call_row.seq))
                 return self.view(execution_id)
-        return self._settled(row, action)
+        return self._settled(row, action, repeat=not writes)
 
-    def _settled(self, row: Execution, action: Action) -> ExecutionView:
+    def _settled(self, row: Execution, action: Action, *, repeat: bool = True) -> ExecutionView:
         if row.status == E.EXPIRED:
             raise ExecutionExpired(
                 execution_id=row.id, deadline=row.deadline.isoformat() if row.deadline else None
@@ -556,7 +560,7 @@ class Engine:
         decision = call.decision if call is not None else None
         decided = decision.get("action") if isinstance(decision, dict) else None
         terminal = row.status not in (E.PENDING, E.RUNNING, E.WAITING_FOR_INTERACTION)
-        if decided == action and terminal:
+        if decided == action and terminal and repeat:
             return self.view(row.id)  # the same decision again: the same settled outcome
         detail = f"a decision was already recorded ({decided})" if decided else "it is not paused"
         raise ExecutionAlreadySettled(execution_id=row.id, status=row.status, detail=detail)

@@ -27,11 +27,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from machine.db.schema import ApprovalToken, Execution
+from machine.db.store import ApprovalTokenUsed
 from machine.engine import Action
 from machine.errors import ErrorCode, LockgateError
 from machine.runtime import Runtime
 from machine.views import ExecutionView
-from server.approval_tokens import ApprovalTokens, TokenRefused
+from server.approval_tokens import USED, ApprovalTokens, TokenRefused
 from server.auth import RequestRate, bearer_token, current_key_id
 from server.keys import ApiKeys
 from server.runner import ExecutionRunner
@@ -302,32 +303,53 @@ class ApprovalSurface:
                 "invalid_input",
                 'The body must be {"action": "accept" | "decline" | "cancel"}.',
             ) from None
-        token = request.headers.get(TOKEN_HEADER, "")
-        if token_row is not None:
-            await to_thread.run_sync(self._still_pending, token_row)
-            await to_thread.run_sync(
-                lambda: self.tokens.consume(token, execution_id, now=self._now())
-            )  # once, atomically
-        try:
+        if token_row is None:
             outcome = await self.runner.resume(
-                principal,
-                execution_id,
-                Action(body.action),
-                body.content,
-                expected_call=token_row.call_seq if token_row is not None else None,
+                principal, execution_id, Action(body.action), body.content
             )
-        except LockgateError:
-            if token_row is not None:
-                # No decision was taken (runtime mismatch, a later call, ...): the link is
-                # given back rather than wasted.
-                await to_thread.run_sync(self.tokens.release, token)
-            raise
+        else:
+            outcome = await self._decide_by_link(
+                token_row, request.headers.get(TOKEN_HEADER, ""), body
+            )
         if isinstance(outcome, Running):
             return JSONResponse(
                 {"executionId": execution_id, "status": "running"}, headers=NO_STORE
             )
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(outcome, code), headers=NO_STORE)
+
+    async def _decide_by_link(
+        self, row: ApprovalToken, token: str, body: ResumeBody
+    ) -> ExecutionView | Running:
+        """Decide the link's call, using the link up in the decision's own transaction:
+        a crash before that commits leaves both undone (the link still works), and of two
+        clicks only one decides (the other is told the link was used)."""
+        try:
+            await to_thread.run_sync(self._still_pending, row)
+            return await self.runner.resume(
+                row.principal_id,
+                row.execution_id,
+                Action(body.action),
+                body.content,
+                expected_call=row.call_seq,
+                writes=[self.tokens.use(token, now=self._now())],
+            )
+        except ApprovalTokenUsed:
+            raise TokenRefused("used", USED) from None
+        except (Refusal, LockgateError):
+            # Refused for another reason, e.g. the call was settled meanwhile: if that was
+            # another click with this same link, what the approver needs to hear is that
+            # the link was used.
+            await to_thread.run_sync(self._refuse_if_used, token, row.execution_id)
+            raise
+
+    def _refuse_if_used(self, token: str, execution_id: str) -> None:
+        try:
+            self._check(token, execution_id)
+        except TokenRefused as exc:
+            if exc.reason == "used":
+                raise
+        # Any other state of the link leaves the first refusal to stand.
 
     async def _page(self, token: str) -> HTMLResponse:
         try:

@@ -8,7 +8,8 @@ expiry the page shows), measured on the runtime's clock like the deadline itself
 link that can no longer decide (used, expired, or its key revoked) is replaced.
 
 Every time here is the caller's `now`, from the runtime's clock: expiry follows the same
-clock as the call's deadline. The rows are read and written through the store.
+clock as the call's deadline. The rows are read and written through the store; a token is
+used up only by the decision it carries, in that decision's transaction (`use`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 from machine.db.schema import ApprovalToken
-from machine.db.store import SqlStore
+from machine.db.store import SqlStore, UseApprovalToken
 from machine.errors import ErrorCode, LockgateError
 from server.keys import ApiKeys
 
@@ -42,6 +43,11 @@ def link_name(execution_id: str, call_seq: int, key_id: str | None) -> str:
     return f"{execution_id}:{call_seq}:{key_id or ''}"
 
 
+#: What a used link is refused with (the page's hint says what to do instead).
+USED = (
+    "This approval link was already used: a decision was already sent with it, and each "
+    "link decides once."
+)
 #: Expired tokens are kept this long (so a late click still gets "expired", not "unknown").
 KEEP_EXPIRED = timedelta(days=1)
 #: How often minting also purges old tokens.
@@ -133,7 +139,7 @@ class ApprovalTokens:
                 "This approval link is not valid. Ask for a new one from the agent's client.",
             )
         if row.used_at is not None:
-            raise TokenRefused("used", "This approval link was already used.")
+            raise TokenRefused("used", USED)
         if now >= row.expires_at:
             raise TokenRefused("expired", "This approval link has expired.")
         if not self._key_alive(row):
@@ -150,18 +156,11 @@ class ApprovalTokens:
             return self.keys.is_active(row.key_id)
         return self.keys.has_active_key(row.principal_id)
 
-    def release(self, token: str) -> None:
-        """Give a used token back: the decision it carried was not taken (the execution
-        could not accept it), so the approver may try again."""
-        self.store.release_approval_token(_hash(token))
-
     def purge(self, older_than: datetime) -> int:
         """Delete tokens that expired before `older_than` (they can only be refused)."""
         return self.store.purge_approval_tokens(older_than)
 
-    def consume(self, token: str, execution_id: str, *, now: datetime) -> ApprovalToken:
-        """Use the token up (once: a conditional update, so two clicks cannot both pass)."""
-        row = self.check(token, execution_id, now=now)
-        if not self.store.use_approval_token(row.token_hash, now):
-            raise TokenRefused("used", "This approval link was already used.")
-        return row
+    def use(self, token: str, *, now: datetime) -> UseApprovalToken:
+        """The write that uses the token up: made in the transaction of the decision it
+        carries, never on its own, so that a link is used exactly when its decision is."""
+        return UseApprovalToken(_hash(token), now)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from anyio import to_thread
 from pydantic import JsonValue
 
+from machine.db.store import StoreWrite
 from machine.engine import Action
 from machine.execution_errors import LimitReached
 from machine.runtime import Runtime
@@ -139,12 +140,18 @@ class ExecutionRunner:
         content: JsonValue,
         *,
         expected_call: int | None = None,
+        writes: Sequence[StoreWrite] = (),
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
         self.in_flight.claim(principal)
         return await self._within_budget(
             lambda: engine.resume(
-                execution_id, principal, action, content, expected_call=expected_call
+                execution_id,
+                principal,
+                action,
+                content,
+                expected_call=expected_call,
+                writes=writes,
             ),
             execution_id,
             principal,

@@ -2,7 +2,9 @@
 
 A paused call has one link: every answer that shows it (the MCP `execute` and `resume`
 answers, on any session) gives the same URL, backed by one token row, and the link expires
-on the runtime's clock, like the call's deadline.
+on the runtime's clock, like the call's deadline. A link is used up in the transaction of
+the decision it carries: a crash before that commits leaves the link usable, and of two
+uses only one decides.
 """
 
 from __future__ import annotations
@@ -16,14 +18,22 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
-from machine.db.schema import ApprovalToken
+from machine.db.connect import open_engine
+from machine.db.migrate import upgrade
+from machine.db.schema import ApprovalToken, Execution, TransitionLog
+from machine.db.store import ApprovalTokenUsed, SqlStore, UseApprovalToken
+from machine.errors import Conflict
+from machine.faults import Faults
+from machine.records import Change
 from machine.runtime import Runtime
+from spec.crash_points import CrashPoint
 from tests.test_approval_page import (
     JSON,
     PRINCIPAL,
     TWO_WRITES,
+    WRITE_NOTE,
     Served,
     assert_clear_page,
     assert_problem,
@@ -172,3 +182,181 @@ def test_a_link_expires_on_the_runtime_clock(make_runtime: Callable[..., Runtime
         assert_problem(decide(served, execution_id, token_of(url), "accept"), 410)
         # And the call expires on that same clock: link and call end together.
         assert served.runtime.engine.get(execution_id, PRINCIPAL).status == "expired"
+
+
+# -- a link is used up with its decision, in one transaction ---------------------------------
+
+APPROVED = CrashPoint.parse("tool_call:approve:awaiting_approval->approved:before_commit")
+
+
+def decisions(served: Served, execution_id: str) -> list[str]:
+    """The decisions committed for the execution's calls (approve / decline events)."""
+    with served.runtime.engine.store.session() as s:
+        return [
+            t.event
+            for t in s.exec(
+                select(TransitionLog)
+                .where(
+                    col(TransitionLog.record_id).startswith(f"{execution_id}:"),
+                    col(TransitionLog.event).in_(["approve", "decline"]),
+                )
+                .order_by(col(TransitionLog.id))
+            )
+        ]
+
+
+def writes_made(served: Served) -> list[str]:
+    notes = served.runtime.sources[0]
+    return [e["key"] for e in notes.effects() if not e["read"]]  # type: ignore[attr-defined]
+
+
+def test_a_crash_before_the_decision_commits_leaves_the_link_usable(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    faults = Faults([APPROVED])
+    with serve(make_runtime, faults=faults) as served:
+        [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+        execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+        token = token_of(url)
+        # The person clicks Approve; the process dies just before the decision commits
+        # (the answer is whatever a dying server gives: not recorded as the app's).
+        served.http.post(
+            f"{served.url}/api/executions/{execution_id}/resume",
+            headers={**JSON, "X-Approval-Token": token, "Origin": served.url},
+            json={"action": "accept"},
+        )
+        assert faults.fired == [APPROVED]
+
+    with serve(make_runtime) as served:  # the restart
+        # Nothing was decided, and the link was not used up with nothing to show for it.
+        [row] = tokens_of(served, execution_id)
+        assert row.used_at is None
+        assert served.status_of(execution_id) == "waiting_for_interaction"
+        assert decisions(served, execution_id) == []
+        page = f"/approve/{token}"  # the same link, at the restarted server
+        assert served.get(page).status_code == 200
+        # One click decides, with the same link.
+        done = decide(served, execution_id, token, "accept")
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "completed"
+        assert decisions(served, execution_id) == ["approve"]
+        assert writes_made(served) == ["greeting"]
+        assert_problem(decide(served, execution_id, token, "accept"), 410, "token_used")
+        assert_clear_page(served.get(page), 410, "already used")
+
+
+def test_a_link_used_twice_is_refused_with_an_answer_to_act_on(served: Served) -> None:
+    [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+    execution_id = answer["executionId"]
+    token = token_of(answer["interaction"]["approvalUrl"])
+    assert decide(served, execution_id, token, "accept").json()["status"] == "completed"
+    for action in ("accept", "decline"):
+        again = decide(served, execution_id, token, action)
+        assert_problem(again, 410, "token_used")
+        error = again.json()["error"]
+        assert "already used" in error["message"] and error["hint"]
+    assert decisions(served, execution_id) == ["approve"]
+    assert writes_made(served) == ["greeting"]
+
+
+def test_two_clicks_with_one_link_decide_once(make_runtime: Callable[..., Runtime]) -> None:
+    """Approve in one tab is held just before its decision commits; Decline in another tab
+    goes through meanwhile. Only one of them decides; the other is told the link was used."""
+    faults = Faults()
+    with serve(make_runtime, faults=faults) as served:
+        [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+        execution_id = answer["executionId"]
+        token = token_of(answer["interaction"]["approvalUrl"])
+        gate = faults.gate(APPROVED)
+        held: list[httpx2.Response] = []
+
+        def approve() -> None:
+            with httpx2.Client(timeout=60.0) as other_tab:
+                held.append(
+                    other_tab.post(
+                        f"{served.url}/api/executions/{execution_id}/resume",
+                        headers={**JSON, "X-Approval-Token": token},
+                        json={"action": "accept"},
+                    )
+                )
+
+        click = threading.Thread(target=approve)
+        click.start()
+        try:
+            assert gate.wait_until_held()
+            declined = decide(served, execution_id, token, "decline")
+        finally:
+            gate.open()
+            click.join()
+        [approved] = held
+        answers = sorted([approved, declined], key=lambda r: r.status_code)
+        assert [r.status_code for r in answers] == [200, 410], [r.text for r in answers]
+        assert_problem(answers[1], 410, "token_used")
+        assert len(decisions(served, execution_id)) == 1
+        view = served.runtime.engine.view(execution_id)
+        assert [c.status for c in view.calls] in (["succeeded"], ["declined"])
+        assert len(writes_made(served)) == (1 if view.calls[0].status == "succeeded" else 0)
+        [row] = tokens_of(served, execution_id)
+        assert row.used_at is not None and row.token is None
+
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
+    database_url: str,
+) -> None:
+    engine = open_engine(database_url)
+    upgrade(engine)
+    store = SqlStore(engine)
+    try:
+        store.commit(
+            [],
+            [
+                Execution(
+                    id="e1",
+                    principal_id="alice",
+                    status="pending",
+                    code="1",
+                    created_at=NOW,
+                    updated_at=NOW,
+                )
+            ],
+        )
+        store.add_approval_token(
+            ApprovalToken(
+                token_hash="h1",
+                execution_id="e1",
+                call_seq=1,
+                principal_id="alice",
+                created_at=NOW,
+                expires_at=NOW + timedelta(hours=1),
+            )
+        )
+        use = UseApprovalToken("h1", NOW)
+        start = Change("execution", "e1", "start", "pending", "running", 0, {})
+
+        # The transition loses its race: the token use goes down with it.
+        with pytest.raises(Conflict):
+            store.commit(
+                [Change("execution", "e1", "start", "pending", "running", 7, {})], (), (), [use]
+            )
+        row = store.approval_token("h1")
+        assert row is not None and row.used_at is None
+
+        store.commit([start], writes=[use])
+        row = store.approval_token("h1")
+        assert row is not None and row.used_at == NOW
+
+        # Used once: a second use is refused, and the transition it came with with it.
+        complete = Change("execution", "e1", "complete", "running", "completed", 1, {})
+        with pytest.raises(ApprovalTokenUsed) as refused:
+            store.commit([complete], writes=[UseApprovalToken("h1", NOW + timedelta(minutes=1))])
+        assert refused.value.code == "forbidden" and "already used" in refused.value.message
+        with store.session() as s:
+            execution = s.get(Execution, "e1")
+        assert execution is not None and execution.status == "running"
+        row = store.approval_token("h1")
+        assert row is not None and row.used_at == NOW
+    finally:
+        engine.dispose()

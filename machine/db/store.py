@@ -7,7 +7,9 @@ Each `commit` is ONE transaction. Every change becomes
 
 with (source, dest) checked against the spec first, and a change that touches no row turns
 the whole transaction into a `Conflict`. New rows may be inserted in the same transaction,
-and only in their lifecycle's initial state.
+and only in their lifecycle's initial state; writes outside the lifecycles that must commit
+with the transition or not at all (`StoreWrite`, e.g. using an approval token up with the
+decision it carries) run in it too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from sqlalchemy import Engine, Table, delete, update
 from sqlalchemy.exc import IntegrityError
@@ -30,7 +34,7 @@ from machine.db.schema import (
     TransitionLog,
 )
 from machine.db.schema import Session as SessionRow
-from machine.errors import Conflict, IllegalTransition
+from machine.errors import Conflict, ErrorCode, IllegalTransition, LockgateError
 from machine.records import Change, Fence
 from machine.store import declared_edges, refuse_undeclared
 from spec import MACHINES, MachineSpec
@@ -52,6 +56,49 @@ def _table(model: type[SQLModel]) -> Table:
     return table
 
 
+class StoreWrite(Protocol):
+    """A write outside the lifecycles, committed in a transition's transaction: both commit
+    or neither does. It refuses by raising, which rolls the whole transaction back."""
+
+    def write(self, session: Session) -> None: ...
+
+
+class ApprovalTokenUsed(LockgateError):
+    """The approval token was used already: the decision it was to carry is not taken."""
+
+    code = ErrorCode.FORBIDDEN
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This approval link was already used: a decision was already sent with it, and "
+            "each link decides once.",
+            hint="Fetch the execution (with an API key) to see the decision and its outcome.",
+        )
+
+
+@dataclass(frozen=True)
+class UseApprovalToken:
+    """Use an approval token up, in the transaction of the decision it carries: a crash
+    before that commits leaves the link usable, and of two uses only one commits (the
+    condition `used_at IS NULL`; the other's whole transaction is refused)."""
+
+    token_hash: str
+    at: datetime
+
+    def write(self, session: Session) -> None:
+        result = session.execute(
+            update(ApprovalToken)
+            .where(
+                col(ApprovalToken.token_hash) == self.token_hash,
+                col(ApprovalToken.used_at).is_(None),
+            )
+            # A used link is never handed out again: the token itself need not be kept.
+            .values(used_at=self.at, token=None)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise ApprovalTokenUsed()
+
+
 class SqlStore:
     def __init__(self, engine: Engine, specs: Mapping[str, MachineSpec] | None = None) -> None:
         self.engine = engine
@@ -69,6 +116,7 @@ class SqlStore:
         changes: Sequence[Change],
         inserts: Sequence[SQLModel] = (),
         fences: Sequence[Fence] = (),
+        writes: Sequence[StoreWrite] = (),
     ) -> None:
         now = datetime.now(UTC)
         txn = uuid.uuid4().hex
@@ -93,6 +141,12 @@ class SqlStore:
                         record_id=fence.record_id,
                         expected_version=fence.version,
                     )
+            # Before the transitions: of two transactions carrying the same one-time write
+            # (two clicks of one link), the loser is refused by that write (on PostgreSQL it
+            # waits for the winner's row lock, then finds the token used), not by a version
+            # conflict that would not say why.
+            for extra in writes:
+                extra.write(session)
             for row in inserts:
                 session.add(row)
             session.flush()
@@ -192,27 +246,6 @@ class SqlStore:
                 if won is not None:
                     return won
         raise RuntimeError(f"approval link {row.link!r} kept changing while being handed out")
-
-    def use_approval_token(self, token_hash: str, at: datetime) -> bool:
-        """Mark the token used, once: False when it was used already."""
-        with self.session() as s, s.begin():
-            result = s.execute(
-                update(ApprovalToken)
-                .where(
-                    col(ApprovalToken.token_hash) == token_hash,
-                    col(ApprovalToken.used_at).is_(None),
-                )
-                .values(used_at=at)
-            )
-        return int(result.rowcount) == 1  # type: ignore[attr-defined]
-
-    def release_approval_token(self, token_hash: str) -> None:
-        with self.session() as s, s.begin():
-            s.execute(
-                update(ApprovalToken)
-                .where(col(ApprovalToken.token_hash) == token_hash)
-                .values(used_at=None)
-            )
 
     def purge_approval_tokens(self, older_than: datetime) -> int:
         """Delete tokens that expired before `older_than`; returns how many."""
