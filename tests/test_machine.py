@@ -198,10 +198,11 @@ def test_an_injected_crash_is_not_an_ordinary_exception() -> None:
 
 
 def test_faults_record_every_point_passed_and_replay_by_seed() -> None:
-    path = make_path(Faults())
+    faults = Faults()
+    path = make_path(faults)
     record = stored(path, "execution", "e1", "pending")
     path.apply(Step(record, "start", {"owner": "a"}))
-    assert sorted(p.phase for p in path.faults.hits) == ["after_commit", "before_commit"]
+    assert sorted(p.phase for p in faults.hits) == ["after_commit", "before_commit"]
 
     def fired(seed: int) -> list[CrashPoint]:
         faults = Faults(seed=seed, probability=0.5)

@@ -226,7 +226,8 @@ def test_a_row_created_alone_passes_its_creation_crash_points(
     runtime.sessions.owe("s", "1", "tools/call", None)
     runtime.engine.submit("alice", "1")
     before, after = spec.creation_points(spec.MACHINES[machine])
-    assert before.name == f"{machine}:create:new->{spec.MACHINES[machine].initial.name}:before_commit"
+    initial = spec.MACHINES[machine].initial.name
+    assert before.name == f"{machine}:create:new->{initial}:before_commit"
     assert faults.hits[before] >= 1 and faults.hits[after] >= 1
     assert spec.creation_points(spec.TOOL_CALL) == ()  # inserted with its checkpoint only
 
