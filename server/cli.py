@@ -6,6 +6,7 @@ violation, stale diagrams); 2 the command could not run as asked (bad usage, mis
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,6 +117,14 @@ def simulate(
         typer.Option(help="Run only this plan: crash point names, comma-separated."),
     ] = None,
     report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
+    postgres: Annotated[
+        str | None,
+        typer.Option(
+            help="Real-process mode: give each run a fresh database on this PostgreSQL "
+            "server (an admin URL, e.g. postgresql://postgres@127.0.0.1/postgres); the "
+            "several-instance scenarios run for real only then.",
+        ),
+    ] = None,
     jobs: Annotated[
         int, typer.Option(min=1, help="Processes sweeping scenarios in parallel (in process).")
     ] = max(1, min(4, os.cpu_count() or 1)),
@@ -135,7 +144,17 @@ def simulate(
     result = sweep(chosen, only=plan, jobs=jobs)
     mode = "in-process"
     if real_process:
-        picked = processes.plan_runs(chosen, None if exhaustive else sample_size, seed)
+        with contextlib.ExitStack() as databases:
+            fresh = None
+            if postgres is not None:
+                from machine.db.provision import fresh_databases
+
+                try:
+                    fresh = databases.enter_context(fresh_databases(postgres))
+                except (ValueError, OSError) as exc:
+                    raise _fail(f"--postgres: {exc}", 2) from None
+            size = None if exhaustive else sample_size
+            picked = processes.plan_runs(chosen, size, seed, database_url=fresh)
         result.runs += picked.runs
         mode = (
             f"in-process + {len(picked.runs)} real-process runs over {picked.scenarios} "

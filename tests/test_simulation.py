@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -9,6 +13,7 @@ import machine.bindings as bindings
 from machine.engine import record_of
 from machine.recovery import Recovery
 from machine.write_path import Step
+from server import cli
 from simulation.real_process import run_in_process
 from simulation.report import coverage_matrix, describe_violation
 from simulation.scenarios import CATALOG, by_name
@@ -154,3 +159,47 @@ def test_a_graceful_restart_that_dies_at_its_drain_point_is_restarted() -> None:
     result = run_in_process(by_name("graceful_shutdown"), point)
     assert result.fired == [point]
     assert result.violations == [], result.trace
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_the_cli_runs_several_instance_scenarios_for_real_on_a_postgresql_server(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """`--postgres` gives each real-process run a fresh database on that server (and drops
+    it afterwards): a several-instance scenario then runs for real, not only in process."""
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        cli.app,
+        [
+            "simulate",
+            "--real-process",
+            "--postgres",
+            postgres_server.admin_url,
+            "--scenario",
+            "lease_takeover",
+            "--crash-at",
+            "instance:declare_dead:live->dead:after_commit",
+            "--sample-size",
+            "1",
+            "--jobs",
+            "1",
+            "--report",
+            str(report),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "real-process runs over 1 scenarios" in result.output
+    with psycopg.connect(postgres_server.admin_url) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lockgate_sim%'")
+        assert left.fetchall() == []  # every run's database was dropped
+    assert json.loads(report.read_text())["violations"] == []
+
+
+def test_the_cli_refuses_a_postgres_url_it_cannot_use() -> None:
+    result = CliRunner().invoke(
+        cli.app,
+        ["simulate", "--real-process", "--postgres", "sqlite:///x", "--scenario", "plain"],
+    )
+    assert result.exit_code == 2
+    assert "not a PostgreSQL URL" in result.output
