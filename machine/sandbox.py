@@ -26,6 +26,7 @@ import os
 import queue
 import re
 import shlex
+import signal
 import stat
 import struct
 import sys
@@ -170,6 +171,15 @@ class RuntimeMismatch(LockgateError):
                 f"{sealed_version}."
             ),
         )
+
+
+class SandboxStopped(RuntimeError):
+    """The step was cut off by `Sandbox.stop` (the server drains): it did not end, it was
+    abandoned, and the engine hands its execution back from its last checkpoint. Never
+    reaches a client, so it carries no error code."""
+
+    def __init__(self) -> None:
+        super().__init__("the sandbox was stopped while this step ran")
 
 
 class SnapshotCorrupt(LockgateError):
@@ -481,6 +491,11 @@ class Sandbox:
             raise
         self._closed = False
         self._lock = threading.Lock()
+        #: Set by `stop`: every step still running, or started later, raises SandboxStopped.
+        self._stopped = False
+        #: The worker process of each step in flight (by its session), for `stop` to kill:
+        #: Monty does not tell a worker's pid while a turn runs on another thread.
+        self._workers: dict[int, int] = {}
 
     def __enter__(self) -> Sandbox:
         return self
@@ -499,9 +514,49 @@ class Sandbox:
         finally:
             self._spawner.stop()  # after: a worker the pool left behind dies with the thread
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> int:
+        """Abandon every step in flight, at once, and refuse new ones: their workers are
+        killed (SIGKILL; the pool replaces them), so each step raises SandboxStopped instead
+        of running on to its end or its time limit. For a draining server, whose executions
+        go on elsewhere from their last checkpoint. Returns how many steps were cut off."""
+        with self._lock:
+            self._stopped = True
+            pids = list(self._workers.values())
+        for pid in pids:
+            # The worker may have ended its step (and its process) since we read it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
+
+    def running(self) -> int:
+        """How many steps are in flight in a worker now."""
+        with self._lock:
+            return len(self._workers)
+
+    @contextlib.contextmanager
+    def _tracked(self, session: MontySession) -> Iterator[None]:
+        """Register the step's worker for `stop` (refusing the step if `stop` came first)."""
+        pid = session.worker_pid
+        with self._lock:
+            if self._stopped:
+                raise SandboxStopped()
+            if pid is not None:
+                self._workers[id(session)] = pid
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._workers.pop(id(session), None)
+
     @contextlib.contextmanager
     def _checkout(self) -> Iterator[MontySession]:
         """A session on a worker of its own (taken from the pool, or forked for it)."""
+        if self._stopped:
+            raise SandboxStopped()
         if self._closed:
             raise RuntimeError("this Sandbox is closed")
         session = self._pool.checkout(
@@ -523,7 +578,7 @@ class Sandbox:
         """Run `code` (on behalf of `principal`) until its first tool call, its end, or a
         failure."""
         logs = _Logs(self.limits.max_log_chars)
-        with self.slots.acquire(principal), self._checkout() as session:
+        with self.slots.acquire(principal), self._checkout() as session, self._tracked(session):
 
             def advance() -> SyncSnapshot:
                 session.feed_run(_PRELUDE)
@@ -539,7 +594,7 @@ class Sandbox:
         """
         dump, calls = unseal(sealed)
         logs = _Logs(self.limits.max_log_chars)
-        with self.slots.acquire(principal), self._checkout() as session:
+        with self.slots.acquire(principal), self._checkout() as session, self._tracked(session):
 
             def advance() -> SyncSnapshot:
                 try:
@@ -590,6 +645,8 @@ class Sandbox:
             reason, message = self._describe(e)
             return Failed(reason, message, logs.text())
         except MontyCrashedError as e:
+            if self._stopped:  # killed by `stop`: abandoned, not a crash of the code's
+                raise SandboxStopped() from None
             if e.timed_out:
                 message = (
                     f"the sandbox stopped responding for {self.limits.worker_timeout:g} s and "

@@ -71,6 +71,14 @@ class Settings(BaseSettings):
         default=timedelta(seconds=30),
         description="How often expired approvals are swept (they also expire on access).",
     )
+    drain_timeout: timedelta = Field(
+        default=timedelta(seconds=8),
+        gt=timedelta(0),
+        description="How long a SIGTERM drain may take before the process exits (platforms "
+        "SIGKILL about 30 s after SIGTERM). Running code is stopped at once and its execution "
+        "handed back to the queue, to go on from its last checkpoint on the next instance; a "
+        "tool call in flight is waited for up to this, then left to recovery.",
+    )
     max_code_chars: int = Field(default=100_000, description="Largest accepted code.")
     max_result_bytes: int = Field(
         default=64 * 1024, description="Results and tool outputs larger than this are truncated."
@@ -222,6 +230,7 @@ class Settings(BaseSettings):
         "lease_ttl",
         "heartbeat_interval",
         "sweep_interval",
+        "drain_timeout",
         "session_idle_timeout",
         "session_lease",
         "session_cap",
