@@ -9,12 +9,19 @@ requested -> (policy) blocked | approved | awaiting_approval (the execution paus
 approved -> dispatched (intent, committed BEFORE the tool runs) -> succeeded | failed (result,
 committed after). Whatever the call's stored status, `_advance_call` continues from it, which
 is how a requeued execution replays its journal instead of calling tools twice.
+
+A draining instance hands its running executions back (`hand_back_all`): the code running in
+the sandbox is stopped, and each execution goes back to `pending` from its last checkpoint at
+its next step instead of going on. A call already dispatched is carried to its result first
+(it cannot be handed back in flight); everything else a drain would wait for is cut short.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +52,7 @@ from machine.sandbox import (
     Returned,
     RuntimeMismatch,
     Sandbox,
+    SandboxStopped,
     SnapshotCorrupt,
     Suspended,
     ToolOutcome,
@@ -106,6 +114,10 @@ class _Dispatched:
 REFUSED = "PermissionError"
 
 
+class _HandBack(Exception):
+    """Raised inside a drive, at a step boundary, once this engine hands its work back."""
+
+
 class Engine:
     def __init__(
         self,
@@ -132,6 +144,12 @@ class Engine:
         self.write = WritePath(
             store, faults=faults, clock=clock, conservative=settings.conservative_recovery
         )
+        #: Set when this instance drains: every execution it drives goes back to the queue
+        #: at its next step (sandbox step or dispatch) instead of going on.
+        self.handing_back = threading.Event()
+        #: How many drives are under way here (the drain waits for them, within its bound).
+        self._driving = 0
+        self._driven = threading.Condition()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -232,8 +250,8 @@ class Engine:
     def run(self, execution_id: str) -> bool:
         """Claim a pending execution and run it; False when another instance claimed it."""
         row = self._execution(execution_id)
-        if row is None or row.status != E.PENDING:
-            return False
+        if row is None or row.status != E.PENDING or self.handing_back.is_set():
+            return False  # (a draining instance would only hand it straight back)
         ex = record_of(row)
         try:
             self.write.apply(Step(ex, "start", {"owner": self.owner}))
@@ -264,15 +282,86 @@ class Engine:
             if call is None:
                 raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
             return self._advance_call(ex, record_of(call), snapshot), at
+        self._go_on()
         return self.sandbox.start(str(ex.fields["code"]), principal=_principal(ex)), 0
+
+    # -- handing work back (the drain) ---------------------------------------------------------
+
+    def hand_back_all(self) -> int:
+        """The drain: from now on every execution driven here goes back to `pending` at its
+        next step, and the sandbox steps running now are stopped (their code since the last
+        checkpoint runs again wherever the execution goes on; no call was in flight during
+        a step). Returns how many running steps were cut off."""
+        self.handing_back.set()
+        return self.sandbox.stop()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no execution is driven here; False if some
+        still is (a tool call in flight past the drain's bound: recovery's to judge)."""
+        deadline = time.monotonic() + timeout
+        with self._driven:
+            while self._driving:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._driven.wait(left)
+        return True
+
+    def _go_on(self) -> None:
+        """Before work a drain must not wait for (a sandbox step, a dispatch): hand back."""
+        if self.handing_back.is_set():
+            raise _HandBack()
+
+    def _hand_back(self, ex: Record) -> None:
+        """Back to the queue from the last checkpoint, released by this owner. Nothing the
+        step did since the checkpoint is stored (its logs are produced again by the rerun)."""
+        if ex.status != E.RUNNING:
+            return
+        latest = self._latest_call(ex.id)
+        if latest is not None and latest.status == C.DISPATCHED:
+            # Never by design (a dispatch is carried to its result first); were it so, the
+            # call is in doubt and only recovery may judge it: leave the row as it is.
+            log.warning("execution %s has a call in flight; left to recovery", ex.id)
+            return
+        try:
+            self.write.apply(Step(ex, "hand_back"))
+        except Conflict:
+            log.warning("execution %s changed under us while handing it back", ex.id)
+            return
+        log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
+
+    def _latest_call(self, execution_id: str) -> ToolCall | None:
+        with self.store.session() as s:
+            return s.exec(
+                select(ToolCall)
+                .where(ToolCall.execution_id == execution_id)
+                .order_by(col(ToolCall.seq).desc())
+                .limit(1)
+            ).first()
 
     # -- the drive loop ----------------------------------------------------------------------
 
     def _guarded(self, ex: Record, first: Callable[[], tuple[SandboxStep | None, int]]) -> None:
         """Drive the execution, failing it (not the server) on an unexpected error."""
+        with self._driven:
+            self._driving += 1
+        try:
+            self._drive_or_hand_back(ex, first)
+        finally:
+            with self._driven:
+                self._driving -= 1
+                self._driven.notify_all()
+
+    def _drive_or_hand_back(
+        self, ex: Record, first: Callable[[], tuple[SandboxStep | None, int]]
+    ) -> None:
         try:
             step, cursor = first()
             self._drive(ex, step, cursor)
+        except (_HandBack, SandboxStopped):
+            # The instance drains (its sandbox stopped under the step, or the next step was
+            # not begun): not the execution's failure.
+            self._hand_back(ex)
         except Conflict:
             # Someone else moved it (recovery declared us dead, or it was cancelled): the
             # stored state is the truth and it is theirs now.
@@ -331,13 +420,12 @@ class Engine:
             )
         except (UnknownTool, InvalidArguments) as exc:
             # Nothing was requested that could run: the code sees the error, no journal row.
-            return self.sandbox.resume(
-                suspended.snapshot, Raised("TypeError", exc.message), principal=_principal(ex)
-            )
+            return self._resume(ex, suspended.snapshot, Raised("TypeError", exc.message))
         existing = self._call_row(call_id)
         if existing is not None:
             if existing.tool != tool.spec.full_name:
-                return self.sandbox.resume(
+                return self._resume(
+                    ex,
                     suspended.snapshot,
                     Raised(
                         "RuntimeError",
@@ -345,7 +433,6 @@ class Engine:
                         f"{tool.spec.call_name} but the journal recorded "
                         f"tools.{existing.tool}: the code is not deterministic",
                     ),
-                    principal=_principal(ex),
                 )
             return self._advance_call(ex, record_of(existing), suspended.snapshot)
         now = self.clock()
@@ -398,12 +485,18 @@ class Engine:
                     self._pause(ex, call, snapshot)
                     return None
             elif status in (C.APPROVED, C.DISPATCHED):
+                if status == C.APPROVED:
+                    self._go_on()  # not sent yet: the next owner sends it
+                # A dispatched call (a requeued execution's idempotent one) is already out:
+                # it is carried to its result, even while draining.
                 outcome = self._dispatch(ex, call)
-                return self.sandbox.resume(snapshot, outcome, principal=_principal(ex))
+                return self._resume(ex, snapshot, outcome)
             else:
-                return self.sandbox.resume(
-                    snapshot, self._settled_outcome(call), principal=_principal(ex)
-                )
+                return self._resume(ex, snapshot, self._settled_outcome(call))
+
+    def _resume(self, ex: Record, snapshot: bytes, outcome: ToolOutcome) -> SandboxStep:
+        self._go_on()
+        return self.sandbox.resume(snapshot, outcome, principal=_principal(ex))
 
     def _settled_outcome(self, call: Record) -> ToolOutcome:
         tool = f"tools.{call.fields['tool']}"

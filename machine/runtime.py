@@ -78,6 +78,9 @@ class Runtime:
     fenced: threading.Event = field(default_factory=threading.Event)
     #: Set once draining began: no new work is claimed.
     draining: threading.Event = field(default_factory=threading.Event)
+    #: When the drain's bound passes (time.monotonic()), once it began.
+    drain_deadline: float | None = None
+    _drain_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def create(
@@ -210,17 +213,48 @@ class Runtime:
                 self._stop.wait(interval)
 
     def drain(self) -> None:
-        """Stop taking new work; the lease is still renewed while what is owed is answered."""
-        self.draining.set()
-        if not self.fenced.is_set():
-            self.lease.drain()
+        """Stop taking new work and hand back what runs; the lease is still renewed while
+        what is owed is answered. Starts the drain's bound (`drain_timeout`), which `close`
+        keeps. Once only: a second call (SIGTERM's, then the app's shutdown) waits for the
+        first to finish, so nothing stops the lease before its drain was recorded.
+
+        Running executions are handed back, not waited for: agent code may run until its
+        time limit (minutes), while the platform SIGKILLs ~30 s after SIGTERM. Their code
+        is stopped at once and each goes back to `pending` from its last checkpoint, for the
+        next owner (this instance's next incarnation, or any other) to go on with."""
+        with self._drain_lock:
+            if self.draining.is_set():
+                return
+            self.drain_deadline = time.monotonic() + self.settings.drain_timeout.total_seconds()
+            self.draining.set()
+            stopped = self.engine.hand_back_all()
+            if stopped:
+                log.info("draining: stopped %d running sandbox steps to hand them back", stopped)
+            if not self.fenced.is_set():
+                self.lease.drain()
+
+    def drain_left(self) -> float | None:
+        """Seconds left of the drain's bound (None before the drain began)."""
+        if self.drain_deadline is None:
+            return None
+        return max(0.0, self.drain_deadline - time.monotonic())
 
     def close(self) -> None:
         if not self.draining.is_set():
             self.drain()
         self._stop.set()
+        # Within the drain's bound: the handed-back executions reach their next step at
+        # once; one with a tool call in flight is waited for until the bound. What is left
+        # then is recovery's: the instance records its stop, so the next incarnation (or any
+        # instance) recovers it at once.
+        if not self.engine.wait_idle(self.drain_left() or 0.0):
+            log.warning(
+                "the drain's bound (%s s) passed with tool calls in flight; their executions "
+                "are left to recovery",
+                self.settings.drain_timeout.total_seconds(),
+            )
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=self.drain_left())
         if not self.fenced.is_set():
             try:
                 self.lease.stop()

@@ -252,8 +252,10 @@ def run_server(
 ) -> None:
     """`serve`: with `extra_sources`, those tool sources are registered next to the notes
     tools (a test launcher, tests/procs/canary_server.py, serves a leaking source this way)."""
+    import logging
     import signal
     import sys
+    import threading
 
     import uvicorn
     from pydantic import ValidationError
@@ -306,13 +308,24 @@ def run_server(
     else:
         typer.echo("Connect with  Authorization: Bearer <API key>  (`lockgate keys create`).")
     drain = application.state.drain
+    draining_runtime = application.state.runtime
+
+    def drain_runtime() -> None:
+        try:
+            draining_runtime.drain()
+        except Exception:  # the stop goes on; what was not recorded, recovery takes over
+            logging.getLogger("lockgate.server").exception("the drain failed")
 
     class DrainingServer(uvicorn.Server):
         """SIGTERM starts the drain at once: open requests are answered or reported before
-        uvicorn's graceful wait, instead of holding it up."""
+        uvicorn's graceful wait, instead of holding it up, and the runtime's drain begins
+        (running code stopped, executions handed back) in parallel with that wait, so the
+        whole stop keeps to `drain_timeout`."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             drain.trigger()
+            # Off the signal handler: the drain writes to the database.
+            threading.Thread(target=drain_runtime, name="lockgate-drain", daemon=True).start()
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
@@ -320,7 +333,9 @@ def run_server(
         host=settings.host,
         port=settings.port,
         log_config=None,
-        timeout_graceful_shutdown=30,
+        # Open connections get the drain's bound (uvicorn counts whole seconds), then the
+        # app's shutdown spends what is left of it (Runtime.close).
+        timeout_graceful_shutdown=max(1, int(settings.drain_timeout.total_seconds())),
     )
     # uvicorn re-raises the signal it stopped for once it has shut down; a drained stop is
     # a clean exit, so that re-raise lands here and exits 0.

@@ -9,15 +9,21 @@ in flight on this instance (counted until the worker thread's work really ends, 
 wait budget runs out) and `max_paused_per_principal` executions waiting for approval across
 all instances; beyond either, the call is refused with `limit_reached` before anything is
 stored or decided.
+
+On SIGTERM the runtime hands running executions back (see `Runtime.drain`); the worker
+threads are daemons, so one still in a tool call when the drain's bound passes does not hold
+the process (its execution is recovery's then).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from anyio import to_thread
 from pydantic import JsonValue
@@ -66,6 +72,68 @@ class InFlight:
             return self._counts.get(principal, 0)
 
 
+class DaemonThreads:
+    """At most `limit` daemon threads running submitted jobs in order (first in, first out).
+
+    Not a ThreadPoolExecutor: its threads are joined when the interpreter exits, so a thread
+    still in a tool call after the drain's bound would keep the process up until the
+    platform's SIGKILL. Here the drain decides how long to wait (`close`)."""
+
+    def __init__(self, limit: int, name: str) -> None:
+        self.limit, self.name = limit, name
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        #: Threads waiting for a job (each will take one more from the queue).
+        self._idle = 0
+        self._closed = False
+
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the execution runner is closed")
+            self._jobs.put((future, job))
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self.limit:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        return future
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            future, job = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = job()
+                except BaseException as exc:  # the future carries it to whoever waits
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            with self._lock:
+                self._idle += 1
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Take no more jobs; the queued ones still run (while draining they hand their
+        executions back at once). Wait up to `timeout` seconds (None: until done) for every
+        thread to finish; False if some did not."""
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
+
+
 class ExecutionRunner:
     #: Threads here mostly wait (for a fair sandbox slot, a tool, the database), so they are
     #: cheap: 64 lets 16 principals each at the default running limit (4) go on before any
@@ -75,7 +143,7 @@ class ExecutionRunner:
         settings = runtime.settings
         self.budget = settings.wait_budget_secs
         self.in_flight = InFlight(settings.max_running_per_principal)
-        self.pool = concurrent.futures.ThreadPoolExecutor(workers, "lockgate-exec")
+        self.pool = DaemonThreads(workers, "lockgate-exec")
 
     async def _within_budget(
         self,
@@ -171,4 +239,6 @@ class ExecutionRunner:
             await asyncio.sleep(POLL_SECONDS)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=False)
+        """Wait for the work in flight: until it ends, or while the runtime drains, until the
+        drain's bound (what is still running then is left behind; see DaemonThreads)."""
+        self.pool.close(timeout=self.runtime.drain_left())

@@ -50,6 +50,7 @@ from machine.sessions import request_key
 from simulation.canary import LEAKING_CODE
 from simulation.inbox import Inbox, collect
 from simulation.invariants import Violation, check_all, history
+from simulation.scenarios import SPIN_CODE, SPIN_ITERATIONS, drain_mid_run
 from simulation.world import CANARY, LogCapture, World
 from spec import MACHINES, CrashPoint, MachineSpec, every_crash_point
 from spec import ExecutionStatus as E
@@ -200,8 +201,10 @@ AUTO_PROGRAMS = (*CALLING_PROGRAMS, NO_CALLS, LEAKY)
 FAILING_PROGRAMS = (RAISES, LIST_THEN_RAISE, READ_MISSING)
 TOOL_FAILURE_PROGRAMS = (READ_MISSING_CAUGHT, READ_MISSING)
 PAUSING_PROGRAMS = (WRITE_THEN_READ, WRITE_CAUGHT, TWO_WRITES)
+#: Half a second of pure code after a call: what a drain catches running.
+SPIN = Program("spin", SPIN_CODE, _ends(E.COMPLETED, SPIN_ITERATIONS))
 PROGRAMS = (*AUTO_PROGRAMS, *FAILING_PROGRAMS, READ_MISSING_CAUGHT, DELETE_BLOCKED,
-            *PAUSING_PROGRAMS)  # fmt: skip
+            *PAUSING_PROGRAMS, SPIN)  # fmt: skip
 
 PROGRAM_BY_CODE = {p.code: p for p in PROGRAMS}
 
@@ -552,6 +555,26 @@ class Harness:
                 self._boot(name)
 
         self._act(runtime, restart)
+
+    def drain_while_running(self, data: Choices) -> None:
+        """SIGTERM while code runs: the drain stops the code and hands its execution back
+        (pending, released); the instance restarts, and whichever instance claims the
+        execution next runs it again from its checkpoint."""
+        runtime = self.pick_runtime(data)
+        name = runtime.settings.instance_name
+
+        def drain() -> None:
+            self.note(f"{name}: {SPIN.name}, then SIGTERM while it runs")
+            ex = runtime.engine.begin(PRINCIPAL, SPIN.code)
+            self.executions.setdefault(ex.id, SPIN)
+            self.note(f"{name}: {SPIN.name} is {ex.id}")
+            drain_mid_run(runtime, ex)
+            runtime.maintain()
+            runtime.close()
+            self._drop(runtime)
+            self._boot(name)
+
+        self._act(runtime, drain)
 
     def lose_instance(self, data: Choices) -> None:
         """An instance stops for good and is declared dead: by its own next incarnation, by
@@ -970,6 +993,10 @@ def lose_instance(h: Harness, data: Choices) -> None:
     h.lose_instance(data)
 
 
+def drain_while_running(h: Harness, data: Choices) -> None:
+    h.drain_while_running(data)
+
+
 def crash_requeue(h: Harness, data: Choices) -> None:
     """Crash while auto-approved calls run; recovery requeues, the next run replays."""
     program = pick(data, [LIST_TWICE, LIST_ONCE], "program")
@@ -1076,6 +1103,7 @@ _ACTIONS: Mapping[str, Driver] = {
     "expire": expire,
     "heartbeat": heartbeat,
     "graceful restart": graceful_restart,
+    "drain while running": drain_while_running,
     "session request": session_request,
     "stream closed": stream_closed,
     "collecting GET": report_lost,
@@ -1114,6 +1142,7 @@ DRIVERS: Mapping[tuple[str, str], Driver] = {
     ("execution", "resume"): accept,
     ("execution", "expire"): expire,
     ("execution", "cancel"): cancel,
+    ("execution", "hand_back"): drain_while_running,
     ("execution", "requeue"): crash_requeue,
     ("execution", "interrupt"): crash_interrupt,
     ("tool_call", "auto_approve"): run_calls,

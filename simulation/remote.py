@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import JsonValue
 from sqlmodel import Session, select
 
-from machine.db.schema import Execution, Instance, OwedRequest
+from machine.db.schema import Execution, Instance, OwedRequest, ToolCall
 from machine.db.schema import Session as SessionRow
 from machine.engine import Action
 from machine.errors import LockgateError
@@ -43,7 +44,15 @@ from simulation.canary import LEAKING_CODE
 from simulation.concurrency import STALLED_CODE
 from simulation.inbox import Inbox
 from simulation.real_process import Deployment, ProcessKilled, ServerProcess, until
-from simulation.scenarios import CATALOG, WRITE_THEN_READ, Scenario, decide, started
+from simulation.scenarios import (
+    CATALOG,
+    WRITE_THEN_READ,
+    Scenario,
+    by_name,
+    decide,
+    spin_code,
+    started,
+)
 from simulation.world import ScenarioFailed, expect
 from spec import CrashPoint
 from spec import ExecutionStatus as E
@@ -495,6 +504,70 @@ def graceful_shutdown(client: RemoteClient) -> None:
         client.memory["closed"] = True
 
 
+#: About three seconds of pure code after a call: long enough to SIGTERM it mid-run.
+REMOTE_SPIN_ITERATIONS = 30_000_000
+REMOTE_SPIN_CODE = spin_code(REMOTE_SPIN_ITERATIONS)
+#: What a stop may take beyond the drain's bound (the app's shutdown, the interpreter's exit).
+STOP_MARGIN_SECS = 3.0
+
+
+def _spin_ids(client: RemoteClient) -> list[str]:
+    with Session(client.deployment.db) as s:
+        rows = s.exec(select(Execution.id).where(Execution.code == REMOTE_SPIN_CODE))
+        return list(rows)
+
+
+def _spinning(client: RemoteClient) -> bool:
+    """A spinning execution is past its first call (the code after it runs)."""
+    with Session(client.deployment.db) as s:
+        for execution_id in _spin_ids(client):
+            row, call = s.get(Execution, execution_id), s.get(ToolCall, f"{execution_id}:1")
+            running = row is not None and row.status == E.RUNNING
+            if running and call is not None and call.status == "succeeded":
+                return True
+    return False
+
+
+def drain_while_running(client: RemoteClient) -> None:
+    """SIGTERM while code runs past its first call: the server exits 0 within its drain
+    bound, its execution handed back; the server started again under the same name runs it
+    to its result, which the client then reads."""
+    if not client.memory.get("draining"):
+        server = client.server
+
+        def execute() -> None:
+            # Cut off by the drain (-32010, or the connection closing): the invariants judge
+            # the ledger; the client finds its execution by the code it sent.
+            with contextlib.suppress(Exception):
+                client.execute(REMOTE_SPIN_CODE, server)
+
+        worker = threading.Thread(target=execute, name="spin", daemon=True)
+        worker.start()
+        try:
+            _wait(client, lambda: _spinning(client), "the code runs past its first call")
+            client.memory["draining"] = True  # a death from here on is the drain's
+            began = time.monotonic()
+            status = client.deployment.stop(server)
+            took = time.monotonic() - began
+        finally:
+            worker.join()
+        bound = float(by_name("drain_while_running").real_process_settings["drain_timeout"])
+        expect(status == 0, f"SIGTERM ended {server.name} with status {status}")
+        expect(took < bound + STOP_MARGIN_SECS, f"the stop took {took:.1f} s (bound {bound:g} s)")
+        client.server = client.deployment.start(server.name)
+    for execution_id in _spin_ids(client):
+        _wait(client, _settles(client, execution_id), "the drained execution settles")
+        final = client.get(execution_id)
+        expect(
+            final.status == E.COMPLETED and final.result == REMOTE_SPIN_ITERATIONS,
+            f"the drained execution ended {final.status} with {final.result!r}",
+        )
+
+
+def _settles(client: RemoteClient, execution_id: str) -> Callable[[], bool]:
+    return lambda: _stored_status(client, execution_id) in SETTLED
+
+
 def _other(client: RemoteClient, name: str) -> ServerProcess:
     server = client.deployment.servers.get(name)
     if server is None or server.proc.poll() is not None:
@@ -635,6 +708,7 @@ REMOTE: dict[str, RemoteDrive] = {
     "lease_takeover": stalled("tool_call:dispatch:approved->dispatched:before_commit", kill=True),
     "instance_lease": stalled("tool_call:dispatch:approved->dispatched:before_commit"),
     "graceful_shutdown": graceful_shutdown,
+    "drain_while_running": drain_while_running,
     "stalled_before_dispatch": stalled("tool_call:dispatch:approved->dispatched:before_commit"),
     "stalled_after_dispatch": stalled("tool_call:dispatch:approved->dispatched:after_commit"),
     "stalled_before_succeed": stalled("tool_call:succeed:dispatched->succeeded:before_commit"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from machine.execution_errors import (
     ExecutionExpired,
     ExecutionInterrupted,
 )
+from machine.records import Change, Record
+from machine.runtime import Runtime
 from machine.sessions import request_key
 from machine.views import ExecutionView
 from simulation.canary import LEAKING_CODE
@@ -248,6 +251,84 @@ def lease_takeover(client: Client) -> None:
     expect(final.status in (E.COMPLETED, E.INTERRUPTED, E.PENDING), f"takeover: {final}")
 
 
+#: Pure computation after one call, for a drain to catch running: the next owner goes on
+#: from the checkpoint at the call (its result replayed from the journal) and runs the loop
+#: again. Half a second of it (Monty runs ~10 million iterations a second): ample time to
+#: see it running, little to run it twice.
+SPIN_ITERATIONS = 5_000_000
+
+
+def spin_code(iterations: int) -> str:
+    return f"tools.notes.list()\nn = 0\nfor i in range({iterations}):\n    n = n + 1\nn"
+
+
+SPIN_CODE = spin_code(SPIN_ITERATIONS)
+#: A drain must catch the code running well within this (the loop takes far less).
+_SPIN_PATIENCE_SECS = 30.0
+
+
+def drain_mid_run(runtime: Runtime, ex: Record) -> None:
+    """SIGTERM while the code of `ex` (claimed by `runtime`, e.g. SPIN_CODE) runs past its
+    first call: carry it on in a thread of its own (as the HTTP runner does), wait until the
+    call succeeded and the code after it runs in the sandbox, then drain. An injected crash
+    in the execution's thread (its process died) is raised here, in the driving thread."""
+    called = threading.Event()
+
+    def note_success(changes: tuple[Change, ...]) -> None:
+        if any(c.machine == "tool_call" and c.event == "succeed" for c in changes):
+            called.set()
+
+    failures: list[BaseException] = []
+
+    def carry_on() -> None:
+        try:
+            runtime.engine.carry_on(ex)
+        except BaseException as exc:  # an injected crash: re-raised by the driving thread
+            failures.append(exc)
+
+    runtime.engine.write.observers.append(note_success)
+    thread = threading.Thread(target=carry_on, name="drained-execution", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + _SPIN_PATIENCE_SECS
+        # Polling the sandbox's own count (no hook inside a step exists); the deadline bounds
+        # a broken engine, and a drive that ended first (a crash) ends the wait too.
+        while thread.is_alive() and not (called.is_set() and runtime.sandbox.running()):
+            if time.monotonic() > deadline:
+                raise ScenarioFailed("the code never ran past its first call")
+            time.sleep(0.001)
+        if not failures:
+            runtime.drain()
+    finally:
+        thread.join()
+        runtime.engine.write.observers.remove(note_success)
+    if failures:
+        raise failures[0]
+
+
+def drain_while_running(client: Client) -> None:
+    """SIGTERM while code runs: the drain stops the code at once and hands its execution
+    back (pending, released) instead of waiting for it; the next incarnation of the same
+    instance runs it again from its checkpoint, to its result."""
+    if not client.memory.get("draining"):
+        client.memory["draining"] = True  # a crash from here on is the drain's
+        runtime = client.runtime
+        ex = runtime.engine.begin(client.principal, SPIN_CODE)
+        client.memory["e.id"] = ex.id
+        drain_mid_run(runtime, ex)
+        runtime.maintain()  # the lease is renewed while draining
+        runtime.close()
+        client.runtime = client.world.boot()
+    execution_id = client.memory.get("e.id")
+    if execution_id is None:
+        return  # the process died before the client learned the id: recovery's, swept
+    final = client.get(execution_id)
+    expect(
+        final.status == E.COMPLETED and final.result == SPIN_ITERATIONS,
+        f"the drained execution ended {final.status} with {final.result!r}",
+    )
+
+
 def graceful_shutdown(client: Client) -> None:
     started(client, "e", "tools.notes.list()")
     if not client.memory.get("closed"):
@@ -445,6 +526,14 @@ CATALOG: tuple[Scenario, ...] = (
     ),
     Scenario(
         "graceful_shutdown", "An instance drains and stops.", graceful_shutdown, portable=False
+    ),
+    Scenario(
+        "drain_while_running",
+        "SIGTERM while code runs: handed back, run again by the next incarnation.",
+        drain_while_running,
+        portable=False,
+        # Real time: a longer run to catch (its limit raised to match), a short drain bound.
+        real_process_settings={"max_duration_secs": "30", "drain_timeout": "3"},
     ),
     *(
         Scenario(

@@ -60,10 +60,14 @@ EXECUTION_WITH_TOOL_CALL = Composition(
         (("execution", "fail"), _CALL_SETTLED),
         (("execution", "cancel"), _CALL_SETTLED),
         (("execution", "checkpoint"), (*_CALL_SETTLED, C.REQUESTED, C.APPROVED)),
+        # A draining owner hands its execution back only with nothing in flight: a dispatched
+        # call is waited for (or, past the drain's bound, left to recovery to judge).
+        (("execution", "hand_back"), (*_CALL_SETTLED, C.REQUESTED, C.APPROVED)),
     ),
     # What the owner of the running execution does to its call commits only while the
-    # execution is at the version the owner read: recovery (requeue, interrupt) changes it,
-    # so a stalled owner that wakes up after its work was taken over is refused.
+    # execution is at the version the owner read: recovery (requeue, interrupt) and a hand
+    # back change it, so a stalled owner that wakes up after its work was taken over is
+    # refused.
     fenced=(
         ("tool_call", "auto_approve"),
         ("tool_call", "block"),

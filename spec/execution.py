@@ -40,8 +40,9 @@ EXECUTION = MachineSpec(
     states=(
         StateSpec(
             name=S.PENDING,
-            description="Stored and waiting for an instance to claim it (new, or requeued "
-            "after a crash to go on from its last checkpoint).",
+            description="Stored and waiting for an instance to claim it (new, requeued "
+            "after a crash, or handed back by a draining owner, to go on from its last "
+            "checkpoint).",
             initial=True,
             on_crash=durable_wait("Nothing runs it yet: any live instance claims it."),
         ),
@@ -142,6 +143,21 @@ EXECUTION = MachineSpec(
             dest=S.CANCELLED,
             description="Its principal cancelled it while it was queued or paused (a running "
             "execution is not interrupted mid-step; it can be cancelled at its next pause).",
+        ),
+        # A live owner that drains (SIGTERM) hands its running work back rather than waiting
+        # for it: agent code may run for minutes, the platform kills the process ~30 s after
+        # SIGTERM. It is not `requeue`: that is recovery's verdict on a dead owner's work, taken
+        # by another process (and refused by the conservative policy); here the owner itself
+        # knows no call is in flight (the composition allows it only with the current call
+        # settled or not yet sent), so going on from the checkpoint repeats no effect, under
+        # either recovery policy.
+        TransitionSpec(
+            event="hand_back",
+            source=(S.RUNNING,),
+            dest=S.PENDING,
+            effects=("release_owner",),
+            description="The owner is draining: back to the queue to go on from its last "
+            "checkpoint (its code since then runs again; no call was in flight).",
         ),
         TransitionSpec(
             event="requeue",

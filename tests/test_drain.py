@@ -1,0 +1,387 @@
+"""A SIGTERM drain is bounded: running work is handed back, not waited for.
+
+The drain stops the code running in the sandbox at once and puts each running execution back
+to `pending` (the spec's `hand_back`), released by its owner, to go on from its last
+checkpoint on the next owner. A tool call already dispatched is carried to its result first;
+past the drain's bound (`LOCKGATE_DRAIN_TIMEOUT`) it is left to recovery.
+
+The engine-level tests drive a real runtime (sandbox, database, both kinds); the last one
+drives real `lockgate serve` processes: SIGTERM while code runs, exit 0 within the bound, and
+a restart under the same instance name runs the execution again to its result.
+
+Nothing sleeps to wait: running code is seen by the sandbox's count of steps in flight (or a
+tool that blocks on an event), other processes by polling with a deadline.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import JsonValue
+from sqlmodel import Session, col, select
+
+from machine.db.connect import open_engine
+from machine.db.schema import Execution, ToolCall, TransitionLog
+from machine.policy import PolicyDecision
+from machine.runtime import Runtime
+from machine.sandbox import Finished, Sandbox, SandboxLimits, SandboxStopped
+from machine.tools.notes import NotesSource
+from machine.tools.registry import Tool, ToolContext, ToolSpec
+from spec import ExecutionStatus as E
+from spec import ToolCallStatus as C
+from tests.polling import wait_for
+from tests.server_fixtures import (
+    Deployment,
+    create_key_directly,
+    mcp_client,
+    run,
+    settle,
+    structured,
+)
+
+#: The fixtures (`deployment`, ...) are registered once for the session.
+pytest_plugins = ["tests.server_fixtures"]
+
+MakeRuntime = Callable[..., Runtime]
+#: Nothing here waits this long unless the code under test is broken.
+DEADLINE = 30.0
+
+
+def loop(iterations: int) -> str:
+    """Pure computation (Monty runs ~10 million of these iterations a second)."""
+    return f"total = 0\nfor i in range({iterations}):\n    total = total + i\ntotal"
+
+
+def total(iterations: int) -> int:
+    return iterations * (iterations - 1) // 2
+
+
+#: About a second of pure code: ample time to see it running and drain it.
+SECOND = 10_000_000
+
+
+def wait_running(sandbox: Sandbox) -> None:
+    """Until a step is in flight in a sandbox worker (the code is running, not starting)."""
+    deadline = time.monotonic() + DEADLINE
+    while not sandbox.running():
+        if time.monotonic() > deadline:
+            pytest.fail("the code never started running in the sandbox")
+        time.sleep(0.001)
+
+
+def events(runtime: Runtime, execution_id: str) -> list[str]:
+    with runtime.engine.store.session() as s:
+        rows = s.exec(
+            select(TransitionLog)
+            .where(TransitionLog.record_id == execution_id)
+            .order_by(col(TransitionLog.id))
+        )
+        return [row.event for row in rows]
+
+
+def row_of(runtime: Runtime, execution_id: str) -> Execution:
+    with runtime.engine.store.session() as s:
+        row = s.get(Execution, execution_id)
+    assert row is not None
+    return row
+
+
+def calls_of(runtime: Runtime, execution_id: str) -> list[tuple[int, str]]:
+    with runtime.engine.store.session() as s:
+        rows = s.exec(
+            select(ToolCall)
+            .where(ToolCall.execution_id == execution_id)
+            .order_by(col(ToolCall.seq))
+        )
+        return [(c.seq, c.status) for c in rows]
+
+
+def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    failures: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as exc:  # reported by the test that joins the thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, failures
+
+
+def joined(thread: threading.Thread, failures: list[BaseException]) -> None:
+    thread.join(DEADLINE)
+    assert not thread.is_alive(), "the drive did not end"
+    assert failures == []
+
+
+@dataclass
+class Gate:
+    """`tools.gate.hold()`: auto-approved and idempotent; returns once the test opens it."""
+
+    opened: threading.Event = field(default_factory=threading.Event)
+    entered: threading.Event = field(default_factory=threading.Event)
+    calls: int = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            source="gate",
+            name="hold",
+            description="Waits until the test opens the gate.",
+            returns="str",
+            idempotent=True,
+            default_policy=PolicyDecision.APPROVE,
+        )
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        self.calls += 1
+        self.entered.set()
+        if not self.opened.wait(DEADLINE):
+            raise RuntimeError("the test never opened the gate")
+        return "opened"
+
+
+@dataclass
+class GateSource:
+    gate: Gate
+    name: str = "gate"
+
+    def tools(self) -> Sequence[Tool]:
+        return [self.gate]
+
+
+# -- the sandbox ------------------------------------------------------------------------------
+
+
+def test_stopping_the_sandbox_abandons_the_running_step_and_refuses_new_ones() -> None:
+    with Sandbox({"notes": ["list"]}, SandboxLimits(max_duration_secs=60)) as sandbox:
+        thread, failures = in_background(lambda: sandbox.start(loop(50 * SECOND), principal="p"))
+        wait_running(sandbox)
+        started = time.monotonic()
+        assert sandbox.stop() == 1
+        thread.join(DEADLINE)
+        assert time.monotonic() - started < 5, "the step ran on after stop"
+        assert [type(f) for f in failures] == [SandboxStopped]
+        assert sandbox.running() == 0
+        with pytest.raises(SandboxStopped):
+            sandbox.start("1", principal="p")
+
+
+def test_a_step_that_ends_before_the_stop_keeps_its_outcome() -> None:
+    with Sandbox({"notes": ["list"]}) as sandbox:
+        assert sandbox.start("6 * 7", principal="p") == Finished(42, "")
+        assert sandbox.stop() == 0
+
+
+# -- the engine: handing back through the write path -------------------------------------------
+
+
+def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Code between two tool calls is stopped; the execution goes back to pending from its
+    checkpoint at the first call, whose result the next owner replays from the journal."""
+    gate = Gate(opened=threading.Event())
+    gate.opened.set()
+    settings: dict[str, Any] = {"instance_name": "drained", "max_duration_secs": 60}
+    code = f"first = tools.gate.hold()\n{loop(3 * SECOND)}\n[first, total]"
+    first = make_runtime(sources=[GateSource(gate)], **settings)
+    ex = first.engine.begin("alice", code)
+    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    wait_for(lambda: calls_of(first, ex.id) == [(1, C.SUCCEEDED)], "the first call to succeed")
+    wait_running(first.sandbox)
+
+    started = time.monotonic()
+    first.drain()
+    joined(thread, failures)
+    first.close()
+    assert time.monotonic() - started < 1.5, "the drain waited for the code"
+
+    row = row_of(first, ex.id)
+    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
+    assert events(first, ex.id) == ["start", "checkpoint", "hand_back"]
+
+    # The next incarnation of the same instance runs it again from the checkpoint: the
+    # gate's answer comes from the journal, the loop runs again.
+    second = make_runtime(sources=[GateSource(gate)], **settings)
+    second.start(background=False)
+    view = second.engine.get(ex.id, "alice")
+    assert view.status == E.COMPLETED, view
+    assert view.result == ["opened", total(3 * SECOND)]
+    assert gate.calls == 1
+    assert events(second, ex.id) == ["start", "checkpoint", "hand_back", "start", "complete"]
+
+
+def test_a_step_that_reaches_a_tool_call_while_handing_back_is_checkpointed_not_dispatched(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    """The drain began (here without stopping the sandbox, so the step runs to its call):
+    the call is journalled and approved, the checkpoint stored, and the execution handed
+    back instead of dispatching; the next owner dispatches it, once."""
+    notes = NotesSource(tmp_path / "notes")
+    code = f"{loop(SECOND)}\nlisted = tools.notes.list()\n[total, listed]"
+    first = make_runtime(sources=[notes], instance_name="drained")
+    ex = first.engine.begin("alice", code)
+    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    wait_running(first.sandbox)
+    first.engine.handing_back.set()
+    joined(thread, failures)
+
+    row = row_of(first, ex.id)
+    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
+    assert calls_of(first, ex.id) == [(1, C.APPROVED)]
+    assert events(first, ex.id) == ["start", "checkpoint", "hand_back"]
+    assert [e for e in notes.effects() if e["tool"] == "notes.list"] == []
+
+    second = make_runtime(sources=[notes], instance_name="drained")
+    second.start(background=False)
+    view = second.engine.get(ex.id, "alice")
+    assert view.status == E.COMPLETED, view
+    assert view.result == [total(SECOND), []]
+    assert len([e for e in notes.effects() if e["tool"] == "notes.list"]) == 1
+
+
+def test_a_call_in_flight_is_waited_for_then_the_execution_is_handed_back(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A dispatched call is never handed back in flight: the drain waits for its result
+    (within its bound), then hands the execution back with the call settled."""
+    gate = Gate()
+    first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=20)
+    ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
+    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    assert gate.entered.wait(DEADLINE)
+    first.drain()
+    assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
+    assert row_of(first, ex.id).status == E.RUNNING  # not handed back with a call out
+    closing, closed = in_background(first.close)
+    gate.opened.set()
+    joined(thread, failures)
+    joined(closing, closed)
+    assert calls_of(first, ex.id) == [(1, C.SUCCEEDED)]
+    assert row_of(first, ex.id).status == E.PENDING
+    assert events(first, ex.id)[-1] == "hand_back"
+
+    second = make_runtime(sources=[GateSource(gate)], instance_name="drained")
+    second.start(background=False)
+    assert second.engine.get(ex.id, "alice").result == ["opened", 42]
+    assert gate.calls == 1
+
+
+def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Past the drain's bound, close returns with the call still out: the instance records
+    its stop and the execution is left, running, for recovery (the next incarnation
+    re-dispatches the idempotent call)."""
+    gate = Gate()
+    first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=0.5)
+    ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
+    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    assert gate.entered.wait(DEADLINE)
+    started = time.monotonic()
+    first.drain()
+    first.close()
+    assert time.monotonic() - started < 3, "close waited past the drain's bound"
+    assert row_of(first, ex.id).status == E.RUNNING
+    assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
+
+    # The next incarnation recovers the stopped one's work at once (requeued: the call is
+    # idempotent, so it may be sent again); the old drive's late result is fenced off.
+    second = make_runtime(sources=[GateSource(gate)], instance_name="drained")
+    assert second.maintain().requeued == [ex.id]
+    gate.opened.set()
+    joined(thread, failures)
+    assert calls_of(second, ex.id) == [(1, C.DISPATCHED)]
+    second.engine.run_pending()
+    view = second.engine.get(ex.id, "alice")
+    assert view.status == E.COMPLETED, view
+    assert view.result == ["opened", 42]
+    assert gate.calls == 2  # at least once: the idempotent call went out again
+    assert events(second, ex.id) == ["start", "checkpoint", "requeue", "start", "complete"]
+
+
+# -- a real server: SIGTERM while code runs ---------------------------------------------------
+
+#: The bound set in the real-process test, and what the stop may take beyond it (the
+#: interpreter's own start-up costs nothing here; its exit and the app's shutdown do).
+DRAIN_SECS = 2.0
+MARGIN_SECS = 3.0
+#: About ten seconds of pure code: several seconds more than the bound and its margin.
+LONG = 100_000_000
+
+
+def stored(database_url: str, execution_id: str) -> tuple[str, str | None, list[str]]:
+    """The execution's status, owner and events, read as an operator would."""
+    engine = open_engine(database_url)
+    try:
+        with Session(engine) as s:
+            row = s.get(Execution, execution_id)
+            assert row is not None
+            log = s.exec(
+                select(TransitionLog.event)
+                .where(TransitionLog.record_id == execution_id)
+                .order_by(col(TransitionLog.id))
+            )
+            return row.status, row.owner, list(log)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_sigterm_hands_running_code_back_and_a_restart_runs_it_to_its_result(
+    deployment: Deployment,
+) -> None:
+    key = create_key_directly(deployment.database_url, "alice")
+    settings = {
+        "LOCKGATE_INSTANCE_NAME": "drain-test",
+        "LOCKGATE_DRAIN_TIMEOUT": str(DRAIN_SECS),
+        "LOCKGATE_MAX_DURATION_SECS": "120",
+        "LOCKGATE_WAIT_BUDGET_SECS": "0.5",
+    }
+    server = deployment.start(name="first", **settings)
+
+    async def start_long_code() -> str:
+        async with mcp_client(server.url, key, "2026-07-28") as client:
+            answer = structured(await client.call_tool("execute", {"code": loop(LONG)}))
+            assert answer["status"] == "running", answer  # past the budget: the code runs
+            return str(answer["executionId"])
+
+    execution_id = run(start_long_code())
+    assert stored(deployment.database_url, execution_id)[0] == E.RUNNING
+
+    server.popen.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    code = server.wait_exit(timeout=60)
+    took = time.monotonic() - started
+    assert took < DRAIN_SECS + MARGIN_SECS, f"the stop took {took:.1f} s:\n{server.output()}"
+    assert code == 0, server.output()
+    status, owner, log = stored(deployment.database_url, execution_id)
+    assert (status, owner) == (E.PENDING, None), log  # handed back, released
+    assert log == ["start", "hand_back"]
+
+    restarted = deployment.start(name="second", **settings)
+
+    async def collect() -> dict[str, Any]:
+        async with mcp_client(restarted.url, key, "legacy") as client:
+            return structured(await settle(client, execution_id, timeout=120))
+
+    final = run(collect())
+    assert final["status"] == "completed", final
+    assert final["result"] == total(LONG)
+    # Run again from the start (it had no checkpoint), not interrupted nor failed.
+    assert stored(deployment.database_url, execution_id)[2] == [
+        "start",
+        "hand_back",
+        "start",
+        "complete",
+    ]
