@@ -12,8 +12,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The shortest accepted link-signing key: 32 random characters carry 128 bits or more (even
+#: as hex digits), beyond guessing; a shorter one is more likely a password or a typo.
+MIN_SIGNING_KEY_CHARS = 32
+#: How an operator makes one (what the refusals say).
+MAKE_A_SIGNING_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 class Settings(BaseSettings):
@@ -24,6 +30,9 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         frozen=True,
+        # A refused value is never echoed in the error: it may be a signing key (or a
+        # database password).
+        hide_input_in_errors=True,
     )
 
     database_url: str = Field(
@@ -109,6 +118,15 @@ class Settings(BaseSettings):
         default="",
         description="The URL clients and approvers reach this server at (approval links are "
         "built from it). Default: http://<host>:<port>.",
+    )
+    signing_keys: SecretStr | None = Field(
+        default=None,
+        description="The secrets approval links are signed with, comma-separated, each at "
+        "least 32 characters, the same on every instance: the first signs, all verify (to "
+        "rotate, put the new key first and drop the old one once its links have expired, "
+        "after LOCKGATE_APPROVAL_TTL). The database holds no secret that opens a link. "
+        "Unset: on SQLite, a key file next to the database file (`<database>.key`, mode 0600) "
+        "is created and reused; on PostgreSQL, the server refuses to start.",
     )
     wait_budget_secs: float = Field(
         default=25.0,
@@ -246,6 +264,22 @@ class Settings(BaseSettings):
                 return value
         return value
 
+    @field_validator("signing_keys")
+    @classmethod
+    def _strong_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        """Each key long enough to be a key; an empty value is the same as unset (an
+        environment variable set to nothing). The messages never show a key."""
+        if value is None or not value.get_secret_value().strip():
+            return None
+        for n, key in enumerate(value.get_secret_value().split(","), start=1):
+            length = len(key.strip())
+            if length < MIN_SIGNING_KEY_CHARS:
+                raise ValueError(
+                    f"LOCKGATE_SIGNING_KEYS: key {n} has {length} characters, fewer than "
+                    f"{MIN_SIGNING_KEY_CHARS} (make one with: {MAKE_A_SIGNING_KEY})"
+                )
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
@@ -256,6 +290,13 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite:")
+
+    @property
+    def signing_secrets(self) -> tuple[bytes, ...]:
+        """The configured link-signing keys, the signing one first; () when unset."""
+        if self.signing_keys is None:
+            return ()
+        return tuple(k.strip().encode() for k in self.signing_keys.get_secret_value().split(","))
 
     @property
     def base_url(self) -> str:

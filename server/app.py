@@ -20,7 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from machine.runtime import Runtime
 from machine.settings import Settings
 from server.approval_page import ApprovalSurface
-from server.approval_tokens import ApprovalTokens
+from server.approval_tokens import ApprovalTokens, LinkKeys, link_keys
 from server.auth import ASGIApp, BearerAuth, Receive, RequestRate, Scope, Send, json_rpc_error
 from server.durable_sessions import DurableSessionManager
 from server.event_store import ReplayLogs
@@ -53,8 +53,17 @@ class WhenReady:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    runtime: Runtime | None = None,
+    signing: LinkKeys | None = None,
+) -> FastAPI:
+    """The application; `signing` as `link_keys(settings)` finds them when not given (which
+    refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
     settings = settings or Settings()
+    # Before the runtime: a server that cannot sign links must not start anything.
+    signing = signing or link_keys(settings)
+    log.info("approval links are signed with %s", signing.origin)
     runtime = runtime or Runtime.create(settings)
     keys = ApiKeys(runtime.engine.store)
     runner = ExecutionRunner(runtime)

@@ -10,18 +10,33 @@ link that can no longer decide (used, expired, or its key revoked) is replaced.
 Every time here is the caller's `now`, from the runtime's clock: expiry follows the same
 clock as the call's deadline. The rows are read and written through the store; a token is
 used up only by the decision it carries, in that decision's transaction (`use`).
+
+`LinkKeys` are the keys links are to be signed with (LOCKGATE_SIGNING_KEYS, or on SQLite a
+key file next to the database file): the server refuses to start without them on
+PostgreSQL, where every instance must sign with the same one.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
+import logging
+import os
 import secrets
+import stat
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+from machine.db.connect import sqlite_file
 from machine.db.schema import ApprovalToken
 from machine.db.store import SqlStore, UseApprovalToken
 from machine.errors import ErrorCode, LockgateError
+from machine.settings import MAKE_A_SIGNING_KEY, MIN_SIGNING_KEY_CHARS, Settings
 from server.keys import ApiKeys
+
+log = logging.getLogger("lockgate.approval")
 
 
 class TokenRefused(LockgateError):
@@ -32,6 +47,153 @@ class TokenRefused(LockgateError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+# -- the signing keys ---------------------------------------------------------------------------
+
+
+class SigningKeysMissing(RuntimeError):
+    """PostgreSQL without LOCKGATE_SIGNING_KEYS: there is no one box to keep a key file on."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "LOCKGATE_SIGNING_KEYS is not set. On PostgreSQL several instances hand out and "
+            "check the same approval links, so they must sign them with the same key, kept "
+            "outside the database. Set LOCKGATE_SIGNING_KEYS to the same secret of at least "
+            f"{MIN_SIGNING_KEY_CHARS} characters on every instance (make one with: "
+            f"{MAKE_A_SIGNING_KEY}), then start again."
+        )
+
+
+class SigningKeyFileInvalid(RuntimeError):
+    """The SQLite default key file exists but cannot be used, or cannot be created."""
+
+
+@dataclass(frozen=True)
+class LinkKeys:
+    """The keys approval links are signed with: the first signs, every one verifies (so a
+    rotation puts the new key first and keeps the old one until its links have expired)."""
+
+    keys: tuple[bytes, ...] = field(repr=False)
+    #: Where the keys come from, for the start-up log (never a key).
+    origin: str
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ValueError("at least one signing key is needed")
+
+    def sign(self, message: bytes) -> str:
+        return _mac(self.keys[0], message)
+
+    def verify(self, message: bytes, mac: str) -> bool:
+        # Every key is tried, with a constant-time comparison, whichever matches.
+        found = False
+        for key in self.keys:
+            found |= hmac.compare_digest(_mac(key, message), mac)
+        return found
+
+
+def _mac(key: bytes, message: bytes) -> str:
+    digest = hmac.new(key, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def link_keys(settings: Settings) -> LinkKeys:
+    """The configured keys; unset, on SQLite the key file next to the database file (made
+    on first start), on in-memory SQLite a key for this process only. On PostgreSQL the
+    keys must be configured: every instance must sign with the same one."""
+    configured = settings.signing_secrets
+    if configured:
+        return LinkKeys(
+            configured,
+            f"LOCKGATE_SIGNING_KEYS ({len(configured)} key(s); the first signs, all verify)",
+        )
+    if not settings.is_sqlite:
+        raise SigningKeysMissing()
+    database = sqlite_file(settings.database_url)
+    if database is None:
+        # Nothing outlives the process here, links included.
+        return LinkKeys(
+            (secrets.token_bytes(32),),
+            "a key of this process only (in-memory database, LOCKGATE_SIGNING_KEYS unset)",
+        )
+    path = database.with_name(database.name + ".key").absolute()
+    key, created = _key_file(path)
+    return LinkKeys(
+        (key,),
+        f"the key file {path} ({'created now' if created else 'reused'}; "
+        "LOCKGATE_SIGNING_KEYS unset). Keep it out of database backups: with it, a copy of "
+        "the database opens the links of paused calls",
+    )
+
+
+def _key_file(path: Path) -> tuple[bytes, bool]:
+    """The key in `path`, and whether it was created now. A new file is written in full
+    under another name and then linked into place, which fails if it exists: of servers
+    starting at once on one database, one creates it and all use that one, and no reader
+    ever sees a half-written key."""
+    try:
+        return _read_key_file(path), False
+    except FileNotFoundError:
+        pass
+    spare = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    created = True
+    try:
+        fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(secrets.token_urlsafe(32) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(spare, path)
+        except FileExistsError:
+            created = False
+        _sync_directory(path.parent)
+    except OSError as exc:
+        raise SigningKeyFileInvalid(
+            f"Could not create the approval-link signing key file {path}: {exc.strerror}. "
+            "Make its directory writable, or set LOCKGATE_SIGNING_KEYS."
+        ) from None
+    finally:
+        spare.unlink(missing_ok=True)
+    return _read_key_file(path), created
+
+
+def _read_key_file(path: Path) -> bytes:
+    try:
+        with open(path, encoding="ascii") as source:
+            mode = os.fstat(source.fileno()).st_mode
+            key = source.read().strip()
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not text"
+        raise SigningKeyFileInvalid(
+            f"Could not read the approval-link signing key file {path}: {reason}."
+        ) from None
+    if len(key) < MIN_SIGNING_KEY_CHARS:
+        raise SigningKeyFileInvalid(
+            f"The approval-link signing key file {path} holds no key (fewer than "
+            f"{MIN_SIGNING_KEY_CHARS} characters). Delete it to have a new one made (the "
+            "links of paused calls then stop working; each call's next answer has a new one)."
+        )
+    if stat.S_IMODE(mode) & 0o077:
+        log.warning(
+            "the approval-link signing key file %s can be read by other users; make it "
+            "private: chmod 600 %s",
+            path,
+            path,
+        )
+    return key.encode()
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the new file's name durable: a key lost to a power cut would void every link."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _hash(token: str) -> str:

@@ -262,6 +262,7 @@ def run_server(
 
     from machine.runtime import DatabaseNotMigrated
     from machine.settings import Settings
+    from server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
     from server.operations import configure_logging
 
     overrides: dict[str, Any] = {}
@@ -276,6 +277,12 @@ def run_server(
     try:
         keys = _keys_for(settings)
     except DatabaseNotMigrated as exc:
+        raise _fail(str(exc), 2) from None
+    try:
+        # Before anything is created (an API key, the runtime): a server that cannot sign
+        # approval links the way its other instances do must not start at all.
+        signing = link_keys(settings)
+    except (SigningKeysMissing, SigningKeyFileInvalid) as exc:
         raise _fail(str(exc), 2) from None
     created = None
     if not keys.any_active():
@@ -297,7 +304,7 @@ def run_server(
         runtime = Runtime.create(
             settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
         )
-    application = create_app(settings, runtime)
+    application = create_app(settings, runtime, signing)
     url = f"{settings.base_url}/mcp"
     typer.echo(f"Lockgate MCP server: {url}")
     if created is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -166,6 +167,7 @@ class Deployment:
         self.db = open_engine(self.database_url)
         upgrade(self.db)
         self.key = ApiKeys(SqlStore(self.db)).create("sim").secret
+        self.signing_key = secrets.token_urlsafe(32)
 
     def env(self, name: str, *, stop_at: CrashPoint | None = None) -> dict[str, str]:
         env = {
@@ -181,6 +183,11 @@ class Deployment:
         }
         for key in ("LOCKGATE_CRASH_AT", "LOCKGATE_STOP_AT"):
             env.pop(key, None)
+        env.pop("LOCKGATE_SIGNING_KEYS", None)
+        if not self.database_url.startswith("sqlite"):
+            # The run's instances share one link-signing key, as a deployment's must; on
+            # SQLite they share the key file next to the database.
+            env["LOCKGATE_SIGNING_KEYS"] = self.signing_key
         for key, value in {**DEPLOYMENT_SETTINGS, **self.settings}.items():
             env[f"LOCKGATE_{key.upper()}"] = value
         if self.pending_crash is not None and not self._armed_alive():

@@ -12,6 +12,9 @@ import pytest
 from tests.postgres import PostgresServer, find_bin_dir
 
 CANARY = "canary-7f3a9c1e-secret-token"
+#: The approval-link signing key every server of a test on PostgreSQL shares, as every
+#: instance of a deployment must (on SQLite they use the key file next to the database).
+SIGNING_KEY = "tests-shared-approval-link-signing-key-5b1e"
 
 
 @pytest.fixture(autouse=True)
@@ -109,11 +112,13 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., An
         faults = overrides.pop("faults", None)
         clock = overrides.pop("clock", None)
         sources = overrides.pop("sources", None)
+        shared = {} if database_url.startswith("sqlite") else {"signing_keys": SIGNING_KEY}
         settings = Settings(
             **{
                 "database_url": database_url,
                 "notes_dir": tmp_path / "notes",
                 "max_duration_secs": 5,
+                **shared,
                 **overrides,
             }
         )

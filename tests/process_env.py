@@ -1,12 +1,13 @@
 """The environment a Lockgate process under test starts with: the test's database and notes,
-the canary as the notes token, and nothing inherited from the caller's own LOCKGATE_*."""
+the canary as the notes token, on PostgreSQL the deployment's shared link-signing key, and
+nothing inherited from the caller's own LOCKGATE_*."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from tests.conftest import CANARY
+from tests.conftest import CANARY, SIGNING_KEY
 
 
 def lockgate_env(database_url: str, notes_dir: Path, **settings: str) -> dict[str, str]:
@@ -19,5 +20,9 @@ def lockgate_env(database_url: str, notes_dir: Path, **settings: str) -> dict[st
         LOCKGATE_SECRET_NOTES_TOKEN=CANARY,
         LOCKGATE_INSTANCE_NAME="a",
     )
+    if not database_url.startswith("sqlite"):
+        # Every instance of a deployment on PostgreSQL signs approval links with one key
+        # (without it they refuse to start); on SQLite they share the database's key file.
+        env["LOCKGATE_SIGNING_KEYS"] = SIGNING_KEY
     env.update(settings)
     return env

@@ -9,15 +9,20 @@ uses only one decides.
 
 from __future__ import annotations
 
+import logging
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
+from pydantic import SecretStr, ValidationError
+from sqlalchemy import text
 from sqlmodel import col, select
 
 from machine.db.connect import open_engine
@@ -28,7 +33,10 @@ from machine.errors import Conflict
 from machine.faults import Faults
 from machine.records import Change
 from machine.runtime import Runtime
+from machine.settings import Settings, reference_table
+from server.approval_tokens import LinkKeys, SigningKeyFileInvalid, link_keys
 from spec.crash_points import CrashPoint
+from tests.server_fixtures import listening, make_deployment, new_database_url
 from tests.test_approval_page import (
     JSON,
     PRINCIPAL,
@@ -360,3 +368,124 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
         assert row is not None and row.used_at == NOW
     finally:
         engine.dispose()
+
+
+OLD_KEY = "old-approval-link-signing-key-0123456789abcdef"
+NEW_KEY = "new-approval-link-signing-key-fedcba9876543210"
+
+
+def stored_values(served: Served) -> list[str]:
+    """Every value of every column of the links table, as a reader of the database (a
+    leaked backup, a replica's user) sees them."""
+    with served.runtime.engine.store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM approval_tokens")).mappings().all()
+    found: list[str] = []
+    for row in rows:
+        for value in row.values():
+            if value is None:
+                continue
+            found.append(str(value))
+            if isinstance(value, datetime):
+                found.append(value.isoformat())
+    return list(dict.fromkeys(found))
+
+
+# -- where the keys come from ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_sqlite_server_keeps_its_key_in_a_private_file(
+    make_runtime: Callable[..., Runtime],
+    database_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key_file = tmp_path / "lockgate.db.key"
+    assert not key_file.exists()
+    caplog.set_level(logging.INFO, logger="lockgate.server")
+    with serve(make_runtime, instance_name="a") as served:
+        [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+        execution_id, token = answer["executionId"], token_of(answer["interaction"]["approvalUrl"])
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = key_file.read_text()
+    assert len(key.strip()) >= 32 and key.strip() not in stored_values(served)
+    [said] = [r.getMessage() for r in caplog.records if "signed with" in r.getMessage()]
+    assert str(key_file) in said and "created now" in said and key.strip() not in said
+    caplog.clear()
+
+    with serve(make_runtime, instance_name="a") as served:  # the restart: same file, same key
+        [said] = [r.getMessage() for r in caplog.records if "signed with" in r.getMessage()]
+        assert str(key_file) in said and "reused" in said
+        assert served.get(f"/approve/{token}").status_code == 200
+        done = decide(served, execution_id, token, "accept")
+        assert done.status_code == 200 and done.json()["status"] == "completed", done.text
+    assert key_file.read_text() == key
+
+
+def test_servers_starting_at_once_on_one_sqlite_file_make_one_key(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db' / 'x.db'}")
+    (tmp_path / "db").mkdir()
+    found: list[LinkKeys] = []
+    start = threading.Barrier(8)
+
+    def boot() -> None:
+        start.wait()
+        found.append(link_keys(settings))
+
+    threads = [threading.Thread(target=boot) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({keys.keys for keys in found}) == 1
+    assert sum("created now" in keys.origin for keys in found) == 1
+    assert sorted(p.name for p in (tmp_path / "db").iterdir()) == ["x.db.key"]  # no leftovers
+
+
+def test_a_broken_key_file_is_refused_clearly(tmp_path: Path) -> None:
+    key_file = tmp_path / "x.db.key"
+    key_file.write_text("short\n")
+    with pytest.raises(SigningKeyFileInvalid) as refused:
+        link_keys(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}"))
+    assert str(key_file) in str(refused.value) and "Delete it" in str(refused.value)
+
+
+def test_in_memory_sqlite_signs_with_a_key_of_its_own() -> None:
+    first, second = (link_keys(Settings(database_url="sqlite://")) for _ in range(2))
+    assert first.keys != second.keys and "in-memory" in first.origin
+
+
+def test_keys_are_never_shown() -> None:
+    settings = Settings(signing_keys=SecretStr(f"{NEW_KEY}, {OLD_KEY}"))
+    assert settings.signing_secrets == (NEW_KEY.encode(), OLD_KEY.encode())
+    keys = link_keys(settings)
+    for shown in (repr(settings), str(settings), repr(keys), keys.origin, reference_table()):
+        assert NEW_KEY not in shown and OLD_KEY not in shown
+    assert Settings(signing_keys=SecretStr(" ")).signing_keys is None  # set to nothing: unset
+    with pytest.raises(ValidationError) as refused:
+        Settings(signing_keys=SecretStr(f"{NEW_KEY},too-short-a-secret"))
+    assert "key 2 has 18 characters" in str(refused.value)
+    assert "too-short-a-secret" not in str(refused.value) and NEW_KEY not in str(refused.value)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_postgresql_server_without_keys_refuses_to_start(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    database_url = new_database_url(request, "postgres", tmp_path)
+    deployment = make_deployment(database_url, tmp_path, LOCKGATE_SIGNING_KEYS="")
+    server = deployment.spawn(name="keyless")
+    assert server.wait_exit(timeout=60) == 2, server.output()
+    message = server.stderr()
+    assert "LOCKGATE_SIGNING_KEYS is not set" in message
+    assert "same secret" in message and "every instance" in message
+    assert "Traceback" not in message
+    assert "Lockgate MCP server:" not in server.stdout() and server.printed_keys() == []
+    assert not listening(server.port)
+    # Given the key, the same deployment starts.
+    deployment.settings["LOCKGATE_SIGNING_KEYS"] = NEW_KEY
+    try:
+        deployment.start(name="keyed")
+    finally:
+        deployment.stop_all()

@@ -94,6 +94,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL stores the database in, as `open_engine` opens it; None for an
+    in-memory database or another backend (for what is kept next to the file)."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return None
+    return Path(database).expanduser()
+
+
 def open_engine(url: str) -> Engine:
     url = normalise_url(url)
     parsed = make_url(url)
