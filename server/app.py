@@ -63,14 +63,13 @@ def create_app(
     settings = settings or Settings()
     # Before the runtime: a server that cannot sign links must not start anything.
     signing = signing or link_keys(settings)
-    log.info("approval links are signed with %s", signing.origin)
     runtime = runtime or Runtime.create(settings)
     keys = ApiKeys(runtime.engine.store)
     runner = ExecutionRunner(runtime)
     rate = RequestRate(settings.max_requests_per_minute)
-    approvals = ApprovalSurface(
-        runtime, runner, keys, ApprovalTokens(runtime.engine.store, keys), rate=rate
-    )
+    tokens = ApprovalTokens(runtime.engine.store, keys, signing)
+    log.info("approval links are signed with %s", signing.origin)
+    approvals = ApprovalSurface(runtime, runner, keys, tokens, rate=rate)
     mcp = LockgateMCP(runner, runtime.registry, approvals.approval_url, settings.max_code_chars)
     security = transport_security(settings)
     session_manager = DurableSessionManager(
@@ -114,6 +113,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.drain = drain
+    app.state.approval_tokens = tokens
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Any) -> Any:

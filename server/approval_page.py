@@ -1,9 +1,10 @@
 """The browser approval: a page at the approval URL and the small REST API behind it.
 
-The approval URL carries a single-use token bound to one paused call. The page's POST sends
-the token in a custom header with a JSON body, which a cross-site form cannot do (and a
-cross-site script cannot without a CORS preflight we never grant); an Origin header, when
-present, must be this server's. The API also accepts a principal's Bearer key.
+The approval URL carries a single-use token, `<id>-<mac>`, bound to one paused call and
+signed with a server key (`server.approval_tokens`: nothing in the database opens it). The
+page's POST sends the token in a custom header with a JSON body, which a cross-site form
+cannot do (and a cross-site script cannot without a CORS preflight we never grant); an
+Origin header, when present, must be this server's. The API also accepts a principal's Bearer key.
 
 A token decides only the call it was minted for: once that call is settled (or the
 execution moved on to another call) the link is refused, even if it was never used. Every
@@ -332,7 +333,7 @@ class ApprovalSurface:
                 Action(body.action),
                 body.content,
                 expected_call=row.call_seq,
-                writes=[self.tokens.use(token, now=self._now())],
+                writes=[self.tokens.use(row, now=self._now())],
             )
         except ApprovalTokenUsed:
             raise TokenRefused("used", USED) from None

@@ -1,4 +1,4 @@
-"""Single-use approval tokens: what makes an approval URL unguessable and bound to one call.
+"""Single-use approval links: what makes an approval URL unguessable and bound to one call.
 
 A paused call has one link per API key: minted the first time an answer shows the call, and
 the same link in every answer after that (`link`). What a person reading the page needs is
@@ -7,13 +7,17 @@ long as the call can still be decided: until it is used, or until the call's dea
 expiry the page shows), measured on the runtime's clock like the deadline itself. Only a
 link that can no longer decide (used, expired, or its key revoked) is replaced.
 
-Every time here is the caller's `now`, from the runtime's clock: expiry follows the same
-clock as the call's deadline. The rows are read and written through the store; a token is
-used up only by the decision it carries, in that decision's transaction (`use`).
+The database holds nothing that opens a link. A link's URL carries `<id>-<mac>`: the id names
+its row, and the mac is an HMAC-SHA256, under a signing key kept outside the database
+(`LinkKeys`), of the id and of everything the row binds (execution, call, principal, API
+key, expiry). Any instance with the key recomputes the same URL from the row, which is how
+every answer hands out the same link; someone who reads the database (a leaked backup, a
+replica's user) learns ids, which open nothing, and cannot re-bind a row to another call
+either (its mac would no longer match).
 
-`LinkKeys` are the keys links are to be signed with (LOCKGATE_SIGNING_KEYS, or on SQLite a
-key file next to the database file): the server refuses to start without them on
-PostgreSQL, where every instance must sign with the same one.
+Every time here is the caller's `now`, from the runtime's clock: expiry follows the same
+clock as the call's deadline. The rows are read and written through the store; a link is
+used up only by the decision it carries, in that decision's transaction (`use`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import logging
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass, field
@@ -40,7 +46,7 @@ log = logging.getLogger("lockgate.approval")
 
 
 class TokenRefused(LockgateError):
-    """An approval token that cannot be used: `reason` is unknown, used, expired or revoked."""
+    """An approval link that cannot be used: `reason` is unknown, used, expired or revoked."""
 
     code = ErrorCode.FORBIDDEN
 
@@ -196,8 +202,7 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+# -- the links ----------------------------------------------------------------------------------
 
 
 def link_name(execution_id: str, call_seq: int, key_id: str | None) -> str:
@@ -205,20 +210,43 @@ def link_name(execution_id: str, call_seq: int, key_id: str | None) -> str:
     return f"{execution_id}:{call_seq}:{key_id or ''}"
 
 
+#: A link as its URL carries it: `<id>-<mac>`, 32 hex digits and an unpadded base64url
+#: HMAC-SHA256 (URL-safe, and `-` never occurs in the id).
+_TOKEN = re.compile(r"(?P<id>[0-9a-f]{32})-(?P<mac>[A-Za-z0-9_-]{43})")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _signed(row: ApprovalToken) -> bytes:
+    """What a link's mac covers: its id and everything its row binds it to, unambiguously
+    (a JSON array), so a row edited to point elsewhere no longer verifies."""
+    expires = (row.expires_at - _EPOCH) // timedelta(microseconds=1)  # exact, any backend
+    fields = [
+        "lockgate approval link v1",
+        row.id,
+        row.execution_id,
+        row.call_seq,
+        row.principal_id,
+        row.key_id,
+        expires,
+    ]
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
 #: What a used link is refused with (the page's hint says what to do instead).
 USED = (
     "This approval link was already used: a decision was already sent with it, and each "
     "link decides once."
 )
-#: Expired tokens are kept this long (so a late click still gets "expired", not "unknown").
+UNKNOWN = "This approval link is not valid. Ask for a new one from the agent's client."
+#: Expired links are kept this long (so a late click still gets "expired", not "unknown").
 KEEP_EXPIRED = timedelta(days=1)
-#: How often minting also purges old tokens.
+#: How often minting also purges old links.
 PURGE_EVERY = timedelta(hours=1)
 
 
 class ApprovalTokens:
-    def __init__(self, store: SqlStore, keys: ApiKeys) -> None:
-        self.store, self.keys = store, keys
+    def __init__(self, store: SqlStore, keys: ApiKeys, signing: LinkKeys) -> None:
+        self.store, self.keys, self.signing = store, keys, signing
         self._last_purge = datetime.min.replace(tzinfo=UTC)
 
     def link(
@@ -236,21 +264,16 @@ class ApprovalTokens:
         held = self.store.approval_link(link_name(execution_id, call_seq, key_id))
         if (
             held is not None
-            and held.token is not None
             and held.used_at is None
             and held.expires_at == expires_at
             and now < held.expires_at
             and self._key_alive(held)
         ):
-            return held.token
-        token = secrets.token_urlsafe(32)
-        row = self._row(token, execution_id, call_seq, principal_id, expires_at, key_id, now)
-        row.link, row.token = link_name(execution_id, call_seq, key_id), token
-        won = self.store.hand_out_approval_link(
-            row, retire=held.token_hash if held is not None else None
-        )
-        assert won.token is not None
-        return won.token
+            return self.token_of(held)
+        row = self._row(execution_id, call_seq, principal_id, expires_at, key_id, now)
+        row.link = link_name(execution_id, call_seq, key_id)
+        won = self.store.hand_out_approval_link(row, retire=held.id if held is not None else None)
+        return self.token_of(won)
 
     def mint(
         self,
@@ -262,16 +285,18 @@ class ApprovalTokens:
         *,
         now: datetime,
     ) -> str:
-        """A token of its own, never handed out again (what links minted before 0006 are)."""
-        token = secrets.token_urlsafe(32)
-        self.store.add_approval_token(
-            self._row(token, execution_id, call_seq, principal_id, expires_at, key_id, now)
-        )
-        return token
+        """A link of its own, never handed out again (a second link to one call)."""
+        row = self._row(execution_id, call_seq, principal_id, expires_at, key_id, now)
+        self.store.add_approval_token(row)
+        return self.token_of(row)
+
+    def token_of(self, row: ApprovalToken) -> str:
+        """The row's link as its URL carries it, signed with the current signing key (the
+        same on every instance, every time, until the keys are rotated)."""
+        return f"{row.id}-{self.signing.sign(_signed(row))}"
 
     def _row(
         self,
-        token: str,
         execution_id: str,
         call_seq: int,
         principal_id: str,
@@ -283,7 +308,8 @@ class ApprovalTokens:
             self._last_purge = now
             self.purge(now - KEEP_EXPIRED)
         return ApprovalToken(
-            token_hash=_hash(token),
+            # Not a secret (the mac is): random only so that ids say nothing and never clash.
+            id=secrets.token_hex(16),
             execution_id=execution_id,
             call_seq=call_seq,
             principal_id=principal_id,
@@ -292,14 +318,21 @@ class ApprovalTokens:
             expires_at=expires_at,
         )
 
+    def _verified(self, token: str) -> ApprovalToken | None:
+        """The row `token` names, if its mac is right under one of the keys."""
+        parts = _TOKEN.fullmatch(token)
+        if parts is None:
+            return None
+        row = self.store.approval_token(parts["id"])
+        if row is None or not self.signing.verify(_signed(row), parts["mac"]):
+            return None
+        return row
+
     def check(self, token: str, execution_id: str | None = None, *, now: datetime) -> ApprovalToken:
-        """The token's row if it may still be used (for `execution_id`, when given)."""
-        row = self.store.approval_token(_hash(token))
+        """The link's row if it may still be used (for `execution_id`, when given)."""
+        row = self._verified(token)
         if row is None or (execution_id is not None and row.execution_id != execution_id):
-            raise TokenRefused(
-                "unknown",
-                "This approval link is not valid. Ask for a new one from the agent's client.",
-            )
+            raise TokenRefused("unknown", UNKNOWN)
         if row.used_at is not None:
             raise TokenRefused("used", USED)
         if now >= row.expires_at:
@@ -319,10 +352,11 @@ class ApprovalTokens:
         return self.keys.has_active_key(row.principal_id)
 
     def purge(self, older_than: datetime) -> int:
-        """Delete tokens that expired before `older_than` (they can only be refused)."""
+        """Delete links that expired before `older_than` (they can only be refused)."""
         return self.store.purge_approval_tokens(older_than)
 
-    def use(self, token: str, *, now: datetime) -> UseApprovalToken:
-        """The write that uses the token up: made in the transaction of the decision it
-        carries, never on its own, so that a link is used exactly when its decision is."""
-        return UseApprovalToken(_hash(token), now)
+    def use(self, row: ApprovalToken, *, now: datetime) -> UseApprovalToken:
+        """The write that uses the link (`check`ed to `row`) up: made in the transaction of
+        the decision it carries, never on its own, so that a link is used exactly when its
+        decision is."""
+        return UseApprovalToken(row.id, now)

@@ -52,6 +52,8 @@ class Served:
     runtime: Runtime
     key: str
     http: httpx2.Client
+    #: The app's own links (its signing keys): what `mint` hands out is what it would.
+    tokens: ApprovalTokens
     statuses: list[int] = field(default_factory=list)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx2.Response:
@@ -79,8 +81,7 @@ class Served:
         """The link for the call `view` waits on, as `ApprovalSurface.approval_url` hands it
         out; with `expires_at` or `spare`, a token of its own (as older versions minted)."""
         assert view.pending is not None and view.pending.deadline is not None
-        store = self.runtime.engine.store
-        tokens = ApprovalTokens(store, ApiKeys(store))
+        tokens = self.tokens
         now = self.runtime.engine.clock()
         if expires_at is None and not spare:
             return tokens.link(
@@ -133,7 +134,7 @@ def serve(make_runtime: Callable[..., Runtime], **overrides: Any) -> Iterator[Se
 
             wait_until(ready, "/readyz to answer 200")
             key = ApiKeys(runtime.engine.store).create(PRINCIPAL).secret
-            served = Served(url, runtime, key, http)
+            served = Served(url, runtime, key, http, app.state.approval_tokens)
             yield served
             assert 500 not in served.statuses, served.statuses
         finally:

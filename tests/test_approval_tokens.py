@@ -13,10 +13,11 @@ import logging
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx2
@@ -305,7 +306,7 @@ def test_two_clicks_with_one_link_decide_once(make_runtime: Callable[..., Runtim
         assert [c.status for c in view.calls] in (["succeeded"], ["declined"])
         assert len(writes_made(served)) == (1 if view.calls[0].status == "succeeded" else 0)
         [row] = tokens_of(served, execution_id)
-        assert row.used_at is not None and row.token is None
+        assert row.used_at is not None
 
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -333,7 +334,7 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
         )
         store.add_approval_token(
             ApprovalToken(
-                token_hash="h1",
+                id="h1",
                 execution_id="e1",
                 call_seq=1,
                 principal_id="alice",
@@ -370,6 +371,8 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
         engine.dispose()
 
 
+# -- signed links: nothing in the database opens one -----------------------------------------
+
 OLD_KEY = "old-approval-link-signing-key-0123456789abcdef"
 NEW_KEY = "new-approval-link-signing-key-fedcba9876543210"
 
@@ -388,6 +391,99 @@ def stored_values(served: Served) -> list[str]:
             if isinstance(value, datetime):
                 found.append(value.isoformat())
     return list(dict.fromkeys(found))
+
+
+def test_the_database_holds_nothing_that_opens_a_link(served: Served) -> None:
+    [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+    execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+    token = token_of(url)
+    [row] = tokens_of(served, execution_id)
+    values = stored_values(served)
+    assert row.id in values and execution_id in values  # the dump is of the real row
+    # Each value as a link, and as the secret part of a link to the row.
+    tried = values + [f"{row.id}-{value}" for value in values]
+    assert token not in tried
+    for value in tried:
+        page = served.get(f"/approve/{quote(value, safe='')}")
+        assert_clear_page(page, 404, "not valid")
+        read = served.get(f"/api/executions/{execution_id}", headers={"X-Approval-Token": value})
+        assert_problem(read, 403, "token_unknown")
+        refused = decide(served, execution_id, value, "accept")
+        assert_problem(refused, 403, "token_unknown")
+    assert served.status_of(execution_id) == "waiting_for_interaction"
+    assert decisions(served, execution_id) == []
+    # The real link works, and decides.
+    assert served.get(f"/approve/{token}").status_code == 200
+    done = decide(served, execution_id, token, "accept")
+    assert done.status_code == 200 and done.json()["status"] == "completed", done.text
+    assert writes_made(served) == ["greeting"]
+
+
+def test_a_row_pointed_at_another_call_no_longer_opens(served: Served) -> None:
+    """Someone who can write the database but has no key cannot move a link to a call it
+    was not minted for: the mac covers the binding."""
+    a, b = served.pause(), served.pause()
+    token = token_of(look_again(served, a.id)["interaction"]["approvalUrl"])
+    [row] = tokens_of(served, a.id)
+    with served.runtime.engine.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE approval_tokens SET execution_id = :b WHERE id = :id"),
+            {"b": b.id, "id": row.id},
+        )
+    assert_clear_page(served.get(f"/approve/{token}"), 404, "not valid")
+    assert_problem(decide(served, b.id, token, "accept"), 403, "token_unknown")
+    assert served.status_of(b.id) == "waiting_for_interaction"
+
+
+def test_a_rotated_out_key_no_longer_opens_its_links(make_runtime: Callable[..., Runtime]) -> None:
+    with serve(make_runtime, signing_keys=OLD_KEY, instance_name="a") as served:
+        [answer] = mcp_calls(served, ("execute", {"code": WRITE_NOTE}))
+        execution_id, key = answer["executionId"], served.key
+        old = token_of(answer["interaction"]["approvalUrl"])
+
+    # Rotation, step 1: the new key signs, the old one still verifies.
+    with serve(make_runtime, signing_keys=f"{NEW_KEY},{OLD_KEY}", instance_name="a") as served:
+        served = replace(served, key=key)  # the same client: the same link, re-signed
+        assert served.get(f"/approve/{old}").status_code == 200
+        new = token_of(look_again(served, execution_id)["interaction"]["approvalUrl"])
+        assert new != old and new.split("-")[0] == old.split("-")[0]
+        assert token_of(look_again(served, execution_id)["interaction"]["approvalUrl"]) == new
+        assert served.get(f"/approve/{new}").status_code == 200
+        assert len(tokens_of(served, execution_id)) == 1
+
+    # Step 2, once the old links have expired: the old key is dropped, and refused.
+    with serve(make_runtime, signing_keys=NEW_KEY, instance_name="a") as served:
+        assert_clear_page(served.get(f"/approve/{old}"), 404, "not valid")
+        assert_problem(decide(served, execution_id, old, "accept"), 403, "token_unknown")
+        assert served.get(f"/approve/{new}").status_code == 200
+        done = decide(served, execution_id, new, "accept")
+        assert done.status_code == 200 and done.json()["status"] == "completed", done.text
+
+
+def test_links_work_after_a_restart_and_on_another_instance(
+    make_runtime: Callable[..., Runtime], database_url: str
+) -> None:
+    """Instances sharing the key (the tests' shared key on PostgreSQL, the database's key
+    file on SQLite) hand out and accept the same link; an instance with another key, none."""
+    with serve(make_runtime, instance_name="a") as a:
+        [answer] = mcp_calls(a, ("execute", {"code": TWO_WRITES}))
+        execution_id, token = answer["executionId"], token_of(answer["interaction"]["approvalUrl"])
+        with serve(make_runtime, instance_name="b") as b:
+            b = replace(b, key=a.key)  # the same client, at the other instance
+            assert token_of(look_again(b, execution_id)["interaction"]["approvalUrl"]) == token
+            assert b.get(f"/approve/{token}").status_code == 200
+        if not database_url.startswith("sqlite"):
+            with serve(make_runtime, instance_name="c", signing_keys=NEW_KEY) as stranger:
+                assert_clear_page(stranger.get(f"/approve/{token}"), 404, "not valid")
+    with serve(make_runtime, instance_name="a") as again:  # the restart
+        again = replace(again, key=a.key)
+        assert token_of(look_again(again, execution_id)["interaction"]["approvalUrl"]) == token
+        done = decide(again, execution_id, token, "accept")
+        assert done.status_code == 200 and done.json()["status"] == "waiting_for_interaction"
+        # The next call gets a link of its own, the next time an answer shows it.
+        second = token_of(look_again(again, execution_id)["interaction"]["approvalUrl"])
+        assert second != token and again.get(f"/approve/{second}").status_code == 200
+        assert len(tokens_of(again, execution_id)) == 2
 
 
 # -- where the keys come from ----------------------------------------------------------------

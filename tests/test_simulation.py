@@ -203,3 +203,14 @@ def test_the_cli_refuses_a_postgres_url_it_cannot_use() -> None:
     )
     assert result.exit_code == 2
     assert "not a PostgreSQL URL" in result.output
+
+
+@pytest.mark.slow
+def test_a_real_server_that_dies_handing_its_running_code_back_is_recovered() -> None:
+    """SIGTERM while code runs: the drain stops the code and hands the execution back; a
+    SIGKILL at the hand-back's commit is that crash (restarted as a supervisor would), and
+    the execution is still run to its result, once."""
+    point = CrashPoint.parse("execution:hand_back:running->pending:before_commit")
+    result = run_in_process(by_name("drain_while_running"), point)
+    assert result.fired == [point]
+    assert result.violations == [], result.trace

@@ -167,18 +167,19 @@ class OwedRequest(SQLModel, table=True):
 
 
 class ApprovalToken(SQLModel, table=True):
-    """A single-use credential in an approval URL, bound to one paused call.
+    """A single-use approval link, bound to one paused call.
 
-    It is found by its sha256 (the URL holds the token itself, 256 random bits). The token
-    is also kept, in `token`, while the link is still handed out: every answer that shows
-    the paused call must give the same link, from any instance and after a restart, so the
-    server has to be able to read it back. It is cleared once the link can no longer be
-    handed out (used, or retired for a new one).
+    Nothing here opens it: the URL carries `<id>-<mac>`, the mac an HMAC of the id and of
+    this row's binding (execution, call, principal, key, expiry) under a signing key kept
+    outside the database (`server.approval_tokens.LinkKeys`). The server recomputes the URL
+    from the row to hand the same link out again, from any instance and after a restart.
     """
 
     __tablename__ = "approval_tokens"
 
-    token_hash: str = Field(primary_key=True, max_length=64)
+    #: Names the row in the URL; not a secret (rows from before 0007 keep the sha256 of
+    #: their old token here, which no URL names any more).
+    id: str = Field(primary_key=True, max_length=64)
     execution_id: str = Field(foreign_key="executions.id", index=True, max_length=64)
     call_seq: int
     principal_id: str = Field(max_length=64)
@@ -189,11 +190,9 @@ class ApprovalToken(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
     expires_at: datetime = Field(sa_column=_when())
     used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
-    #: The token itself, while this is the link handed out for its call (see above).
-    token: str | None = Field(default=None, sa_column=Column(String(64), nullable=True))
     #: What the link is handed out for, `<execution id>:<call seq>:<key id>`: unique, so a
     #: call gets one link per API key however often, and on however many instances, it is
-    #: shown. None for a link nobody hands out again (retired, or minted before 0006).
+    #: shown. None for a link nobody hands out again (retired, or minted before 0007).
     link: str | None = Field(
         default=None, sa_column=Column(String(200), nullable=True, unique=True, index=True)
     )

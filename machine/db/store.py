@@ -82,18 +82,17 @@ class UseApprovalToken:
     before that commits leaves the link usable, and of two uses only one commits (the
     condition `used_at IS NULL`; the other's whole transaction is refused)."""
 
-    token_hash: str
+    link_id: str
     at: datetime
 
     def write(self, session: Session) -> None:
         result = session.execute(
             update(ApprovalToken)
             .where(
-                col(ApprovalToken.token_hash) == self.token_hash,
+                col(ApprovalToken.id) == self.link_id,
                 col(ApprovalToken.used_at).is_(None),
             )
-            # A used link is never handed out again: the token itself need not be kept.
-            .values(used_at=self.at, token=None)
+            .values(used_at=self.at)
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             raise ApprovalTokenUsed()
@@ -204,12 +203,12 @@ class SqlStore:
 
     # -- approval tokens: credentials outside the lifecycles ----------------------------------
 
-    def approval_token(self, token_hash: str) -> ApprovalToken | None:
+    def approval_token(self, link_id: str) -> ApprovalToken | None:
         with self.session() as s:
-            return s.get(ApprovalToken, token_hash)
+            return s.get(ApprovalToken, link_id)
 
     def approval_link(self, link: str) -> ApprovalToken | None:
-        """The token currently handed out as `link` (see `ApprovalToken.link`)."""
+        """The link row currently handed out as `link` (see `ApprovalToken.link`)."""
         with self.session() as s:
             return s.exec(select(ApprovalToken).where(ApprovalToken.link == link)).first()
 
@@ -220,10 +219,10 @@ class SqlStore:
     def hand_out_approval_link(
         self, row: ApprovalToken, *, retire: str | None = None
     ) -> ApprovalToken:
-        """Make `row` the token handed out as its `link`, first retiring the token `retire`
-        (by hash) from it, in one transaction. If another writer handed a token out as that
-        link first, its row is returned instead: the link is unique, so two answers shown at
-        once still give one link."""
+        """Make `row` the one handed out as its `link`, first retiring the row `retire` (by
+        id) from it, in one transaction. If another writer handed a row out as that link
+        first, its row is returned instead: the link is unique, so two answers shown at once
+        still give one link."""
         assert row.link is not None
         for _ in range(3):
             try:
@@ -232,10 +231,10 @@ class SqlStore:
                         s.execute(
                             update(ApprovalToken)
                             .where(
-                                col(ApprovalToken.token_hash) == retire,
+                                col(ApprovalToken.id) == retire,
                                 col(ApprovalToken.link) == row.link,
                             )
-                            .values(link=None, token=None)
+                            .values(link=None)
                         )
                     s.add(row)
                 return row
@@ -248,7 +247,7 @@ class SqlStore:
         raise RuntimeError(f"approval link {row.link!r} kept changing while being handed out")
 
     def purge_approval_tokens(self, older_than: datetime) -> int:
-        """Delete tokens that expired before `older_than`; returns how many."""
+        """Delete links that expired before `older_than`; returns how many."""
         with self.session() as s, s.begin():
             result = s.execute(
                 delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
