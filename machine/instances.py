@@ -16,9 +16,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, func, select
-
+from machine.db.errors import ConstraintViolation
 from machine.db.schema import Instance
 from machine.db.store import SqlStore
 from machine.errors import Conflict, GuardRefused, IllegalTransition
@@ -62,8 +60,7 @@ class InstanceLease:
     def register(self) -> Instance:
         """Insert this incarnation's row (live, with a fresh lease)."""
         for _ in range(20):
-            with self.store.session() as s:
-                latest = s.exec(select(func.max(Instance.incarnation))).one()
+            latest = self.store.instances.latest_incarnation()
             now = self.clock()
             row = Instance(
                 id=uuid.uuid4().hex,
@@ -77,7 +74,7 @@ class InstanceLease:
             )
             try:
                 self.write.create("instance", row)
-            except IntegrityError:
+            except ConstraintViolation:
                 continue  # another instance took that incarnation number: take the next
             self.row, self.record = row, _record(row)
             return row
@@ -86,8 +83,7 @@ class InstanceLease:
     def _refresh(self) -> Record:
         """Re-read this incarnation's row (another thread of this process may have moved it:
         a drain racing a heartbeat is not a death)."""
-        with self.store.session() as s:
-            row = s.get(Instance, self.id)
+        row = self.store.instances.get(self.id)
         assert row is not None
         self.record = _record(row)
         return self.record
@@ -122,32 +118,15 @@ class InstanceLease:
 
     def live_ids(self, now: datetime | None = None) -> set[str]:
         """Instances whose lease still holds at `now` (this one included)."""
-        now = now or self.clock()
-        with self.store.session() as s:
-            rows = s.exec(
-                select(Instance.id).where(
-                    col(Instance.status).in_([I.LIVE, I.DRAINING]),
-                    col(Instance.lease_until) > now,
-                )
-            )
-            return set(rows)
+        return self.store.instances.holding_lease(now or self.clock())
 
     def declare_dead_instances(self, now: datetime | None = None) -> list[str]:
         """Declare dead every instance whose lease lapsed by `now`, and every earlier
         incarnation of this instance's own name (a process cannot outlive its restart);
         returns their ids."""
         now = now or self.clock()
-        with self.store.session() as s:
-            rows = list(
-                s.exec(
-                    select(Instance).where(
-                        col(Instance.status).in_([I.LIVE, I.DRAINING]),
-                        Instance.id != self.id,
-                    )
-                )
-            )
         declared = []
-        for row in rows:
+        for row in self.store.instances.alive_except(self.id):
             previous_self = row.name == self.name and row.incarnation < self.incarnation
             if row.lease_until > now and not previous_self:
                 continue

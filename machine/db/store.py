@@ -25,6 +25,7 @@ from sqlalchemy import Engine, Table, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
+from machine.db.instance_queries import InstanceQueries
 from machine.db.schema import (
     ApprovalToken,
     Execution,
@@ -103,6 +104,8 @@ class SqlStore:
         self.engine = engine
         self.specs = MACHINES if specs is None else specs
         self._edges = declared_edges(self.specs)
+        # The typed reads, by domain: callers ask these, never build SQL of their own.
+        self.instances = InstanceQueries(engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

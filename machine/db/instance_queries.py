@@ -1,0 +1,73 @@
+"""Reads of instance rows: incarnation numbers and heartbeat leases (for machine/instances.py
+and the session ledger's recovery).
+
+The instances table holds one row per start of any instance, so it is small; every read here
+is cheap, and none needs more than the indexes on `incarnation` (unique) and `status`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import col, func, select
+
+from machine.db.queries import Queries
+from machine.db.schema import Instance
+from spec import InstanceStatus as I
+
+
+@dataclass(frozen=True)
+class IncarnationLease:
+    """What decides whether an incarnation still holds its lease."""
+
+    incarnation: int
+    status: str
+    lease_until: datetime
+
+
+class InstanceQueries(Queries):
+    def get(self, instance_id: str) -> Instance | None:
+        """The instance row by id (primary key), in any state: re-read when a transition of
+        our own incarnation conflicts, to tell a racing thread of this process from a
+        death declared by another instance."""
+        with self._session() as s:
+            return s.get(Instance, instance_id)
+
+    def latest_incarnation(self) -> int | None:
+        """The highest incarnation number taken so far (None on an empty table): a new
+        start takes the next one (read on the unique index on `incarnation`)."""
+        with self._session() as s:
+            return s.exec(select(func.max(Instance.incarnation))).one()
+
+    def holding_lease(self, now: datetime) -> set[str]:
+        """Ids of the instances that are live or draining and whose lease still holds at
+        `now`: their running executions are theirs, not recovery's."""
+        with self._session() as s:
+            rows = s.exec(
+                select(Instance.id).where(
+                    col(Instance.status).in_([I.LIVE, I.DRAINING]),
+                    col(Instance.lease_until) > now,
+                )
+            )
+            return set(rows)
+
+    def alive_except(self, instance_id: str) -> list[Instance]:
+        """Every instance still recorded live or draining, but `instance_id` (ours): the
+        candidates to declare dead once their lease lapses (index on `status`)."""
+        with self._session() as s:
+            return list(
+                s.exec(
+                    select(Instance).where(
+                        col(Instance.status).in_([I.LIVE, I.DRAINING]),
+                        Instance.id != instance_id,
+                    )
+                )
+            )
+
+    def leases(self) -> list[IncarnationLease]:
+        """Every incarnation's status and lease: the session ledger tells from them which
+        incarnations are dead (their sessions and debts are recovery's)."""
+        with self._session() as s:
+            rows = s.exec(select(Instance.incarnation, Instance.status, Instance.lease_until))
+            return [IncarnationLease(inc, status, until) for inc, status, until in rows]
