@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlmodel import col, select
 
-from machine.db.schema import Execution, ToolCall, live_executions
+from machine.db.schema import Execution, ToolCall
 from machine.engine import Engine, record_of
 from machine.errors import Conflict, GuardRefused
 from machine.instances import InstanceLease
@@ -64,11 +63,7 @@ class Recovery:
     def orphaned(self, now: datetime | None = None) -> list[Execution]:
         """Running executions whose owner holds no lease (read through the live index)."""
         live = self.lease.live_ids(now)
-        with self.engine.store.session() as s:
-            rows = list(
-                s.exec(select(Execution).where(live_executions(), Execution.status == E.RUNNING))
-            )
-        return [r for r in rows if r.owner not in live]
+        return [r for r in self.engine.store.executions.running() if r.owner not in live]
 
     def run(self) -> RecoveryReport:
         # One instant for both reads: an instance whose lease lapsed is declared dead in the
@@ -91,16 +86,6 @@ class Recovery:
                 report.interrupted,
             )
         return report
-
-    def _calls(self, execution_id: str) -> list[ToolCall]:
-        with self.engine.store.session() as s:
-            return list(
-                s.exec(
-                    select(ToolCall)
-                    .where(ToolCall.execution_id == execution_id)
-                    .order_by(col(ToolCall.seq))
-                )
-            )
 
     def recovery_step(
         self, record: Record, given: Mapping[str, object], now: datetime
@@ -130,7 +115,7 @@ class Recovery:
         recovered (and resumed) it since we read it, the whole step conflicts and nothing of
         a live instance's work is touched."""
         now = self.engine.clock()
-        calls = self._calls(row.id)
+        calls = self.engine.store.executions.calls(row.id)
         latest = calls[-1] if calls else None
         steps: list[Step] = []
         if latest is not None and latest.status == C.DISPATCHED:

@@ -25,6 +25,7 @@ from sqlalchemy import Engine, Table, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
+from machine.db.execution_queries import ExecutionQueries
 from machine.db.instance_queries import InstanceQueries
 from machine.db.schema import (
     ApprovalToken,
@@ -106,6 +107,7 @@ class SqlStore:
         self._edges = declared_edges(self.specs)
         # The typed reads, by domain: callers ask these, never build SQL of their own.
         self.instances = InstanceQueries(engine)
+        self.executions = ExecutionQueries(engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
