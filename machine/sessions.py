@@ -15,9 +15,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlmodel import col, func, select
 
-from machine.db.schema import Execution, Instance, OwedRequest, Session
+from machine.db.schema import Execution, OwedRequest, Session
+from machine.db.session_queries import LIVE_SESSION_STATUSES
 from machine.engine import Engine
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.instances import InstanceLease
@@ -36,7 +36,6 @@ REQUEST_LOST = -32010
 MAX_REPORTS_PER_RESPONSE = 8
 #: Marks an event id token as a report acknowledgement: `<stream>:r<owed id>.<owed id>...`.
 REPORT_TOKEN = "r"
-_LIVE_SESSION = (SessionStatus.ACTIVE.value, SessionStatus.IDLE.value)
 _STALE = (Conflict, GuardRefused, IllegalTransition)
 
 
@@ -102,12 +101,10 @@ class Sessions:
     # -- sessions ----------------------------------------------------------------------------
 
     def get(self, session_id: str) -> Session | None:
-        with self.store.session() as s:
-            return s.get(Session, session_id)
+        return self.store.sessions.get(session_id)
 
     def get_owed(self, owed_id: str) -> OwedRequest | None:
-        with self.store.session() as s:
-            return s.get(OwedRequest, owed_id)
+        return self.store.sessions.owed(owed_id)
 
     def open(
         self,
@@ -167,7 +164,7 @@ class Sessions:
     def close(self, session_id: str) -> bool:
         """DELETE: the session ends; its executions are untouched."""
         row = self.get(session_id)
-        if row is None or row.status not in _LIVE_SESSION:
+        if row is None or row.status not in LIVE_SESSION_STATUSES:
             return False
         try:
             self.write.apply(Step(_record(row), "close"), *self._abandon_steps(session_id))
@@ -177,37 +174,21 @@ class Sessions:
 
     def live(self, session_id: str) -> Session | None:
         row = self.get(session_id)
-        return row if row is not None and row.status in _LIVE_SESSION else None
+        return row if row is not None and row.status in LIVE_SESSION_STATUSES else None
 
     def live_count(self, principal_id: str) -> int:
         """The principal's live sessions, across instances (for its session limit)."""
-        with self.store.session() as s:
-            count = s.exec(
-                select(func.count()).where(
-                    Session.principal_id == principal_id,
-                    col(Session.status).in_(_LIVE_SESSION),
-                )
-            ).one()
-        return int(count)
+        return self.store.sessions.live_count(principal_id)
 
     # -- the lease -----------------------------------------------------------------------------
 
     def _owed_here(self, session_id: str) -> int:
         """Requests this incarnation still owes on the session (stale rows never count)."""
-        with self.store.session() as s:
-            count = s.exec(
-                select(func.count()).where(
-                    OwedRequest.session_id == session_id,
-                    OwedRequest.status == OwedRequestStatus.OWED,
-                    OwedRequest.incarnation == self.lease.incarnation,
-                )
-            ).one()
-        return int(count)
+        return self.store.sessions.owed_here(session_id, self.lease.incarnation)
 
     def sweep(self) -> list[str]:
         """Apply the lease decision to every live session; returns the destroyed ids."""
-        with self.store.session() as s:
-            rows = list(s.exec(select(Session).where(col(Session.status).in_(_LIVE_SESSION))))
+        rows = self.store.sessions.live()
         destroyed = []
         now = self.clock()
         for row in rows:
@@ -263,7 +244,7 @@ class Sessions:
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(owed, "lose"))
             session = self.get(str(owed.fields["session_id"]))
-            if session is not None and session.status not in _LIVE_SESSION:
+            if session is not None and session.status not in LIVE_SESSION_STATUSES:
                 self.write.apply(Step(owed, "abandon", {"session_ended": True}))
 
     def reported(self, lost: Record) -> None:
@@ -294,14 +275,7 @@ class Sessions:
         ]
 
     def _rows(self, session_id: str, status: OwedRequestStatus) -> list[OwedRequest]:
-        with self.store.session() as s:
-            return list(
-                s.exec(
-                    select(OwedRequest).where(
-                        OwedRequest.session_id == session_id, OwedRequest.status == status
-                    )
-                )
-            )
+        return self.store.sessions.of_session(session_id, status)
 
     def lost_reports(
         self, session_id: str, stream: str | None = None
@@ -333,23 +307,18 @@ class Sessions:
     def _dead_incarnations(self) -> set[int]:
         """Incarnations that hold no lease any more."""
         now = self.clock()
-        with self.store.session() as s:
-            rows = list(s.exec(select(Instance.incarnation, Instance.status, Instance.lease_until)))
         alive = (InstanceStatus.LIVE, InstanceStatus.DRAINING)
-        return {inc for inc, status, until in rows if status not in alive or until <= now}
+        return {
+            lease.incarnation
+            for lease in self.store.instances.leases()
+            if lease.status not in alive or lease.lease_until <= now
+        }
 
     def _lose_orphans(self, session_id: str | None = None) -> int:
         dead = self._dead_incarnations() - {self.lease.incarnation}
         if not dead:
             return 0
-        with self.store.session() as s:
-            query = select(OwedRequest).where(
-                OwedRequest.status == OwedRequestStatus.OWED,
-                col(OwedRequest.incarnation).in_(dead),
-            )
-            if session_id is not None:
-                query = query.where(OwedRequest.session_id == session_id)
-            rows = list(s.exec(query))
+        rows = self.store.sessions.owed_by(dead, session_id)
         lost = 0
         for row in rows:
             try:
@@ -365,16 +334,7 @@ class Sessions:
         dead = self._dead_incarnations() - {self.lease.incarnation}
         released = 0
         if dead:
-            with self.store.session() as s:
-                rows = list(
-                    s.exec(
-                        select(Session).where(
-                            Session.status == SessionStatus.ACTIVE,
-                            col(Session.incarnation).in_(dead),
-                        )
-                    )
-                )
-            for row in rows:
+            for row in self.store.sessions.active_of(dead):
                 try:
                     self.write.apply(Step(_record(row), "release"))
                     released += 1
@@ -386,19 +346,8 @@ class Sessions:
         """Lost reports of sessions that ended: nobody can collect them any more. A session
         ending abandons its reports in its own transaction, but an id can still be lost
         afterwards (its incarnation died after the session expired), so recovery looks too."""
-        with self.store.session() as s:
-            rows = list(
-                s.exec(
-                    select(OwedRequest)
-                    .join(Session, col(Session.id) == col(OwedRequest.session_id))
-                    .where(
-                        OwedRequest.status == OwedRequestStatus.LOST,
-                        col(Session.status).not_in(_LIVE_SESSION),
-                    )
-                )
-            )
         abandoned = 0
-        for row in rows:
+        for row in self.store.sessions.lost_of_ended_sessions():
             with contextlib.suppress(*_STALE):
                 self.write.apply(Step(_record(row), "abandon_on_crash", {"session_ended": True}))
                 abandoned += 1
@@ -407,11 +356,9 @@ class Sessions:
     # -- what became of the request --------------------------------------------------------------
 
     def _execution_of(self, row: OwedRequest) -> Execution | None:
-        with self.store.session() as s:
-            if row.execution_id is not None:
-                return s.get(Execution, row.execution_id)
-            origin = request_key(row.session_id, row.request_id)
-            return s.exec(select(Execution).where(Execution.origin_request == origin)).first()
+        if row.execution_id is not None:
+            return self.store.executions.get(row.execution_id)
+        return self.store.executions.by_origin(request_key(row.session_id, row.request_id))
 
     def lost_error(self, row: OwedRequest) -> dict[str, JsonValue]:
         """The -32010 error for a lost request: what became of its execution, and what to

@@ -36,6 +36,7 @@ from machine.db.schema import (
     TransitionLog,
 )
 from machine.db.schema import Session as SessionRow
+from machine.db.session_queries import SessionQueries
 from machine.errors import Conflict, ErrorCode, IllegalTransition, LockgateError
 from machine.records import Change, Fence
 from machine.store import declared_edges, refuse_undeclared
@@ -106,6 +107,7 @@ class SqlStore:
         self.specs = MACHINES if specs is None else specs
         self._edges = declared_edges(self.specs)
         # The typed reads, by domain: callers ask these, never build SQL of their own.
+        self.sessions = SessionQueries(engine)
         self.instances = InstanceQueries(engine)
         self.executions = ExecutionQueries(engine)
 
