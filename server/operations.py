@@ -16,10 +16,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func
-from sqlmodel import select
 
-from machine.db.schema import Execution, live_executions
 from machine.records import Change
 from machine.runtime import Runtime
 from server.auth import bearer_token
@@ -112,13 +109,8 @@ class LiveExecutions(Collector):
         gauge = GaugeMetricFamily(
             "lockgate_executions", "Live executions by status", labels=["status"]
         )
-        with self.runtime.engine.store.session() as s:
-            rows = s.exec(
-                select(Execution.status, func.count())
-                .where(live_executions())
-                .group_by(Execution.status)
-            )
-            counts = {status: count for status, count in rows}
+        live = self.runtime.engine.store.metrics.live_executions_by_status()
+        counts = {row.status: row.count for row in live}
         for status in ("pending", "running", "waiting_for_interaction"):
             gauge.add_metric([status], counts.get(status, 0))
         yield gauge
