@@ -9,8 +9,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlmodel import col, select
-
 from machine.db.schema import ApiKey, Principal
 from machine.db.store import SqlStore
 from machine.errors import ErrorCode, LockgateError
@@ -54,6 +52,10 @@ class KeyInfo:
     revoked_at: datetime | None
 
 
+def _info(row: ApiKey) -> KeyInfo:
+    return KeyInfo(row.id, row.principal_id, row.prefix, row.created_at, row.revoked_at)
+
+
 class ApiKeys:
     def __init__(self, store: SqlStore) -> None:
         self.store = store
@@ -73,47 +75,28 @@ class ApiKeys:
             prefix=secret[:10],
             created_at=now,
         )
-        with self.store.session() as s:
-            if s.get(Principal, principal) is None:
-                s.add(Principal(id=principal, name=principal, created_at=now))
-                s.flush()
-            s.add(key)
-            s.commit()
+        self.store.keys.add(key, Principal(id=principal, name=principal, created_at=now))
         return IssuedKey(id=key.id, principal_id=principal, secret=secret)
 
     def list(self) -> list[KeyInfo]:
-        with self.store.session() as s:
-            rows = s.exec(select(ApiKey).order_by(col(ApiKey.created_at)))
-            return [
-                KeyInfo(r.id, r.principal_id, r.prefix, r.created_at, r.revoked_at) for r in rows
-            ]
+        return [_info(row) for row in self.store.keys.all()]
 
     def revoke(self, key_id: str) -> KeyInfo:
-        with self.store.session() as s:
-            row = s.get(ApiKey, key_id)
-            if row is None:
-                raise KeyNotFound(
-                    f"No API key {key_id!r}.", hint="`lockgate keys list` shows the key ids."
-                )
-            if row.revoked_at is None:
-                row.revoked_at = datetime.now(UTC)
-                s.add(row)
-                s.commit()
-            return KeyInfo(row.id, row.principal_id, row.prefix, row.created_at, row.revoked_at)
+        row = self.store.keys.revoke(key_id, datetime.now(UTC))
+        if row is None:
+            raise KeyNotFound(
+                f"No API key {key_id!r}.", hint="`lockgate keys list` shows the key ids."
+            )
+        return _info(row)
 
     def any_active(self) -> bool:
-        with self.store.session() as s:
-            return (
-                s.exec(select(ApiKey.id).where(col(ApiKey.revoked_at).is_(None)).limit(1)).first()
-                is not None
-            )
+        return self.store.keys.any_active()
 
     def identify(self, presented: str) -> KeyIdentity | None:
         """The key and principal a presented key is, or None (unknown or revoked)."""
         if not presented.startswith(KEY_PREFIX):
             return None
-        with self.store.session() as s:
-            row = s.exec(select(ApiKey).where(ApiKey.key_hash == hash_key(presented))).first()
+        row = self.store.keys.by_hash(hash_key(presented))
         if row is None or row.revoked_at is not None:
             return None
         return KeyIdentity(row.id, row.principal_id)
@@ -124,16 +107,9 @@ class ApiKeys:
         return identity.principal_id if identity is not None else None
 
     def has_active_key(self, principal_id: str) -> bool:
-        with self.store.session() as s:
-            found = s.exec(
-                select(ApiKey.id)
-                .where(ApiKey.principal_id == principal_id, col(ApiKey.revoked_at).is_(None))
-                .limit(1)
-            ).first()
-        return found is not None
+        return self.store.keys.principal_has_active(principal_id)
 
     def is_active(self, key_id: str) -> bool:
         """Whether the key exists and is not revoked (approval links die with their key)."""
-        with self.store.session() as s:
-            row = s.get(ApiKey, key_id)
+        row = self.store.keys.get(key_id)
         return row is not None and row.revoked_at is None

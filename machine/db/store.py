@@ -27,6 +27,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 from machine.db.execution_queries import ExecutionQueries
 from machine.db.instance_queries import InstanceQueries
+from machine.db.key_queries import KeyQueries
 from machine.db.metrics_queries import MetricsQueries
 from machine.db.schema import (
     ApprovalToken,
@@ -111,6 +112,7 @@ class SqlStore:
         self.sessions = SessionQueries(engine)
         self.instances = InstanceQueries(engine)
         self.executions = ExecutionQueries(engine)
+        self.keys = KeyQueries(engine)
         self.metrics = MetricsQueries(engine)
 
     @contextmanager
