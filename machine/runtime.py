@@ -15,10 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine as SqlEngine
-
-from machine.db.connect import open_engine
-from machine.db.migrate import current_revision, head_revision, upgrade_if_behind
+from machine.db.migrate import prepare_database
 from machine.db.store import SqlStore
 from machine.engine import Engine
 from machine.faults import Faults, for_server
@@ -34,27 +31,6 @@ from machine.tools.registry import ToolRegistry, ToolSource
 from spec.session_lease import LeasePolicy
 
 log = logging.getLogger("lockgate.runtime")
-
-
-class DatabaseNotMigrated(RuntimeError):
-    def __init__(self, current: str | None, head: str | None) -> None:
-        super().__init__(
-            f"The database schema is at revision {current or 'none'} but this version needs "
-            f"{head}. Run `lockgate db upgrade` (PostgreSQL is never migrated automatically)."
-        )
-
-
-def prepare_database(settings: Settings) -> SqlEngine:
-    """Open the database; migrate the embedded SQLite default, refuse a stale PostgreSQL."""
-    engine = open_engine(settings.database_url)
-    if settings.is_sqlite:
-        upgrade_if_behind(engine)
-    else:
-        current, head = current_revision(engine), head_revision(engine)
-        if current != head:
-            engine.dispose()
-            raise DatabaseNotMigrated(current, head)
-    return engine
 
 
 def default_instance_name(settings: Settings) -> str:

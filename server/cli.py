@@ -182,8 +182,8 @@ app.add_typer(keys_app, name="keys")
 
 
 def _keys() -> Any:
+    from machine.db.migrate import prepare_database
     from machine.db.store import SqlStore
-    from machine.runtime import prepare_database
     from machine.settings import Settings
     from server.keys import ApiKeys
 
@@ -260,7 +260,7 @@ def run_server(
     import uvicorn
     from pydantic import ValidationError
 
-    from machine.runtime import DatabaseNotMigrated
+    from machine.db.migrate import DatabaseNotMigrated
     from machine.settings import Settings
     from server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
     from server.operations import configure_logging
@@ -359,8 +359,8 @@ def log_format(setting: str, stream: Any) -> Literal["text", "json"]:
 
 
 def _keys_for(settings: Any) -> Any:
+    from machine.db.migrate import prepare_database
     from machine.db.store import SqlStore
-    from machine.runtime import prepare_database
     from server.keys import ApiKeys
 
     return ApiKeys(SqlStore(prepare_database(settings)))
@@ -381,10 +381,8 @@ def db_upgrade() -> None:
     The embedded SQLite default is migrated automatically on start; PostgreSQL is migrated
     only by this command, so an operator decides when a shared schema changes."""
     from pydantic import ValidationError
-    from sqlalchemy.exc import SQLAlchemyError
 
-    from machine.db.connect import open_engine
-    from machine.db.migrate import current_revision, upgrade
+    from machine.db.migrate import MigrationFailed, upgrade_database
     from machine.settings import Settings
 
     try:
@@ -392,14 +390,10 @@ def db_upgrade() -> None:
     except ValidationError as exc:
         raise _fail(f"invalid configuration: {exc.errors()[0]['msg']}", 2) from None
     try:
-        engine = open_engine(settings.database_url)
-        upgrade(engine)
-        revision = current_revision(engine)
-    except SQLAlchemyError as exc:
+        revision = upgrade_database(settings.database_url)
+    except MigrationFailed as exc:
         # The driver's message names the host and the reason, never the password.
-        orig = getattr(exc, "orig", None)
-        reason = str(orig) if orig is not None else type(exc).__name__
-        raise _fail(f"could not migrate the database: {reason.strip()}", 1) from None
+        raise _fail(f"could not migrate the database: {exc.reason}", 1) from None
     typer.echo(f"database schema is at revision {revision}")
 
 

@@ -378,8 +378,8 @@ class Fleet:
 
 def create_key_directly(database_url: str, principal: str) -> str:
     """An API key written straight to the database (fast set-up; the CLI is tested apart)."""
+    from machine.db.migrate import prepare_database
     from machine.db.store import SqlStore
-    from machine.runtime import prepare_database
     from machine.settings import Settings
     from server.keys import ApiKeys
 

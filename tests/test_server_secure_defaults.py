@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def key_rows(deployment: Deployment) -> list[str]:
+    from machine.db.migrate import prepare_database
     from machine.db.store import SqlStore
-    from machine.runtime import prepare_database
     from machine.settings import Settings
     from server.keys import ApiKeys
 

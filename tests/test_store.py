@@ -14,12 +14,18 @@ from sqlalchemy import Engine, event
 from sqlmodel import select
 
 from machine.db.connect import open_engine
-from machine.db.migrate import current_revision, head_revision, upgrade
+from machine.db.migrate import (
+    DatabaseNotMigrated,
+    current_revision,
+    head_revision,
+    prepare_database,
+    upgrade,
+)
 from machine.db.schema import Execution, TransitionLog, metadata
 from machine.db.store import SqlStore
 from machine.errors import Conflict, IllegalTransition
 from machine.records import Change
-from machine.runtime import DatabaseNotMigrated, Runtime, prepare_database
+from machine.runtime import Runtime
 from machine.settings import Settings
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

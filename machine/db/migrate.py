@@ -1,4 +1,5 @@
-"""Alembic, driven from code: `upgrade` applies every migration up to head."""
+"""Alembic, driven from code: `upgrade` applies every migration up to head; and opening a
+database ready for this version of the code (`prepare_database`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from machine.db.connect import open_engine
+from machine.settings import Settings
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -46,3 +51,46 @@ def upgrade_if_behind(engine: Engine) -> None:
     """Migrate only when the schema is behind: a started process checks in one query."""
     if current_revision(engine) != head_revision():
         upgrade(engine)
+
+
+class DatabaseNotMigrated(RuntimeError):
+    def __init__(self, current: str | None, head: str | None) -> None:
+        super().__init__(
+            f"The database schema is at revision {current or 'none'} but this version needs "
+            f"{head}. Run `lockgate db upgrade` (PostgreSQL is never migrated automatically)."
+        )
+
+
+def prepare_database(settings: Settings) -> Engine:
+    """Open the database; migrate the embedded SQLite default, refuse a stale PostgreSQL."""
+    engine = open_engine(settings.database_url)
+    if settings.is_sqlite:
+        upgrade_if_behind(engine)
+    else:
+        current, head = current_revision(engine), head_revision(engine)
+        if current != head:
+            engine.dispose()
+            raise DatabaseNotMigrated(current, head)
+    return engine
+
+
+class MigrationFailed(RuntimeError):
+    """The database could not be reached or migrated; `reason` is the driver's own message
+    (which names the host and what went wrong, never the password)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def upgrade_database(url: str) -> str | None:
+    """`lockgate db upgrade`: apply every migration to the database at `url`; returns the
+    revision it is at then."""
+    try:
+        engine = open_engine(url)
+        upgrade(engine)
+        return current_revision(engine)
+    except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None)
+        reason = str(orig) if orig is not None else type(exc).__name__
+        raise MigrationFailed(reason.strip()) from None
