@@ -9,6 +9,7 @@ uses only one decides.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import stat
 import threading
@@ -22,12 +23,13 @@ from urllib.parse import quote
 import anyio
 import httpx2
 import pytest
+from alembic.command import downgrade
 from pydantic import SecretStr, ValidationError
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlmodel import col, select
 
 from machine.db.connect import open_engine
-from machine.db.migrate import upgrade
+from machine.db.migrate import alembic_config, upgrade
 from machine.db.schema import ApprovalToken, Execution, TransitionLog
 from machine.db.store import ApprovalTokenUsed, SqlStore, UseApprovalToken
 from machine.errors import Conflict
@@ -35,7 +37,14 @@ from machine.faults import Faults
 from machine.records import Change
 from machine.runtime import Runtime
 from machine.settings import Settings, reference_table
-from server.approval_tokens import LinkKeys, SigningKeyFileInvalid, link_keys
+from server.approval_tokens import (
+    ApprovalTokens,
+    LinkKeys,
+    SigningKeyFileInvalid,
+    TokenRefused,
+    link_keys,
+)
+from server.keys import ApiKeys
 from spec.crash_points import CrashPoint
 from tests.server_fixtures import listening, make_deployment, new_database_url
 from tests.test_approval_page import (
@@ -585,3 +594,70 @@ def test_a_postgresql_server_without_keys_refuses_to_start(
         deployment.start(name="keyed")
     finally:
         deployment.stop_all()
+
+
+def test_migration_0007_drops_the_plaintext_tokens(database_url: str) -> None:
+    """A live 0006 link (its token in plain text) is gone after 0007: the column with it, and
+    the link from being handed out; the call's next answer mints a signed one."""
+    engine = open_engine(database_url)
+    try:
+        upgrade(engine)
+        downgrade(alembic_config(engine), "0006")
+        store = SqlStore(engine)
+        store.commit(
+            [],
+            [
+                Execution(
+                    id="e1",
+                    principal_id="alice",
+                    status="pending",
+                    code="1",
+                    created_at=NOW,
+                    updated_at=NOW,
+                )
+            ],
+        )
+        plaintext = "plaintext-token-of-a-0006-link-0123456789ab"
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO approval_tokens (token_hash, execution_id, call_seq, "
+                    "principal_id, created_at, expires_at, token, link) VALUES (:h, 'e1', 1, "
+                    "'alice', :now, :later, :token, 'e1:1:')"
+                ),
+                {
+                    "h": hashlib.sha256(plaintext.encode()).hexdigest(),
+                    "now": NOW.replace(tzinfo=None),
+                    "later": (NOW + timedelta(hours=1)).replace(tzinfo=None),
+                    "token": plaintext,
+                },
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("approval_tokens")}
+            rows = conn.execute(text("SELECT * FROM approval_tokens")).mappings().all()
+        assert "token" not in columns and "token_hash" not in columns and "id" in columns
+        assert [(r["id"], r["link"]) for r in rows] == [
+            (hashlib.sha256(plaintext.encode()).hexdigest(), None)
+        ]
+        assert plaintext not in {str(v) for r in rows for v in r.values()}
+
+        keys = ApiKeys(store)
+        keys.create("alice")  # links live while their principal has a key
+        tokens = ApprovalTokens(store, keys, LinkKeys((b"k" * 32,), "a test key"))
+        with pytest.raises(TokenRefused) as refused:
+            tokens.check(plaintext, now=NOW)
+        assert refused.value.reason == "unknown"
+        fresh = tokens.link("e1", 1, "alice", NOW + timedelta(hours=1), key_id=None, now=NOW)
+        assert tokens.check(fresh, "e1", now=NOW).call_seq == 1
+        assert tokens.link("e1", 1, "alice", NOW + timedelta(hours=1), key_id=None, now=NOW) == (
+            fresh
+        )
+
+        # And back: 0006 again (no link handed out, so the next answer mints one), then head.
+        downgrade(alembic_config(engine), "0006")
+        upgrade(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM approval_tokens")).scalar() == 2
+    finally:
+        engine.dispose()
