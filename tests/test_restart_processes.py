@@ -4,8 +4,9 @@ Each test drives `python -m tests.procs.engine_process` (configured through envi
 variables only, like a deployment) against one database, SQLite file and PostgreSQL alike,
 and checks the database, the processes' answers and the notes tool's on-disk effect log
 (`effects.jsonl`, written by the tool itself, so it counts effects that really happened).
-Crashes are real: `LOCKGATE_CRASH_AT` makes the process SIGKILL itself at a named crash point
-of the write path, or the test SIGKILLs a process that holds.
+Crashes are real: `LOCKGATE_CRASH_AT` (with `LOCKGATE_FAULT_INJECTION` on) makes the process
+SIGKILL itself at a named crash point of the write path, or the test SIGKILLs a process that
+holds.
 
 Nothing here sleeps to hide a race: every wait polls a condition with a deadline.
 """
@@ -145,7 +146,9 @@ class Procs:
 
     def crash(self, *args: str, crash_at: str, **env: str) -> Proc:
         """Run a command that must die by SIGKILL at `crash_at`, before answering."""
-        proc = self.start(*args, LOCKGATE_CRASH_AT=crash_at, **env)
+        proc = self.start(
+            *args, LOCKGATE_CRASH_AT=crash_at, LOCKGATE_FAULT_INJECTION="true", **env
+        )
         code = proc.wait()
         assert code == -signal.SIGKILL, f"expected a SIGKILL, got {code}:\n{proc.stderr()}"
         assert proc.popen.stdout is not None
