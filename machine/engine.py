@@ -29,9 +29,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from pydantic import JsonValue
-from sqlmodel import col, func, select
 
-from machine.db.schema import Execution, ToolCall, live_executions
+from machine.db.schema import Execution, ToolCall
 from machine.db.store import SqlStore, StoreWrite
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
@@ -154,20 +153,16 @@ class Engine:
     # -- reading -----------------------------------------------------------------------------
 
     def _execution(self, execution_id: str) -> Execution | None:
-        with self.store.session() as s:
-            return s.get(Execution, execution_id)
+        return self.store.executions.get(execution_id)
 
     def _call_row(self, call_id: str) -> ToolCall | None:
-        with self.store.session() as s:
-            return s.get(ToolCall, call_id)
+        return self.store.tool_calls.get(call_id)
 
     def view(self, execution_id: str) -> ExecutionView:
-        with self.store.session() as s:
-            row = s.get(Execution, execution_id)
-            if row is None:
-                raise ExecutionNotFound(execution_id=execution_id)
-            calls = list(s.exec(select(ToolCall).where(ToolCall.execution_id == execution_id)))
-        return build_view(row, calls)
+        found = self.store.executions.with_calls(execution_id)
+        if found is None:
+            raise ExecutionNotFound(execution_id=execution_id)
+        return build_view(*found)
 
     def _owned(self, execution_id: str, principal_id: str) -> Execution:
         row = self._execution(execution_id)
@@ -262,15 +257,7 @@ class Engine:
 
     def run_pending(self, limit: int = 50) -> int:
         """Claim and run pending executions (new, or requeued by recovery)."""
-        with self.store.session() as s:
-            ids = list(
-                s.exec(
-                    select(Execution.id)
-                    .where(live_executions(), Execution.status == E.PENDING)
-                    .order_by(col(Execution.created_at))
-                    .limit(limit)
-                )
-            )
+        ids = self.store.executions.pending_ids(limit)
         return sum(1 for execution_id in ids if self.run(execution_id))
 
     def _first_step(self, ex: Record) -> tuple[SandboxStep | None, int]:
@@ -317,7 +304,7 @@ class Engine:
         step did since the checkpoint is stored (its logs are produced again by the rerun)."""
         if ex.status != E.RUNNING:
             return
-        latest = self._latest_call(ex.id)
+        latest = self.store.tool_calls.latest(ex.id)
         if latest is not None and latest.status == C.DISPATCHED:
             # Never by design (a dispatch is carried to its result first); were it so, the
             # call is in doubt and only recovery may judge it: leave the row as it is.
@@ -329,15 +316,6 @@ class Engine:
             log.warning("execution %s changed under us while handing it back", ex.id)
             return
         log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
-
-    def _latest_call(self, execution_id: str) -> ToolCall | None:
-        with self.store.session() as s:
-            return s.exec(
-                select(ToolCall)
-                .where(ToolCall.execution_id == execution_id)
-                .order_by(col(ToolCall.seq).desc())
-                .limit(1)
-            ).first()
 
     # -- the drive loop ----------------------------------------------------------------------
 
@@ -649,7 +627,7 @@ class Engine:
             )
         if row.status == E.INTERRUPTED:
             raise ExecutionInterrupted(execution_id=row.id, what_ran=row.what_ran)
-        call = self._last_decided_call(row.id)
+        call = self.store.tool_calls.last_decided(row.id)
         decision = call.decision if call is not None else None
         decided = decision.get("action") if isinstance(decision, dict) else None
         terminal = row.status not in (E.PENDING, E.RUNNING, E.WAITING_FOR_INTERACTION)
@@ -659,15 +637,6 @@ class Engine:
         raise ExecutionAlreadySettled(execution_id=row.id, status=row.status, detail=detail)
 
     # -- expiry ------------------------------------------------------------------------------
-
-    def _last_decided_call(self, execution_id: str) -> ToolCall | None:
-        with self.store.session() as s:
-            return s.exec(
-                select(ToolCall)
-                .where(ToolCall.execution_id == execution_id, col(ToolCall.decided_at).is_not(None))
-                .order_by(col(ToolCall.seq).desc())
-                .limit(1)
-            ).first()
 
     def _expire_if_due(self, row: Execution) -> Execution:
         if (
@@ -689,17 +658,7 @@ class Engine:
 
     def expire_due(self) -> int:
         """The periodic sweep: expire every paused execution past its deadline."""
-        now = self.clock()
-        with self.store.session() as s:
-            rows = list(
-                s.exec(
-                    select(Execution).where(
-                        live_executions(),
-                        Execution.status == E.WAITING_FOR_INTERACTION,
-                        col(Execution.deadline) <= now,
-                    )
-                )
-            )
+        rows = self.store.executions.paused_due(self.clock())
         return sum(1 for row in rows if self._expire_if_due(row).status == E.EXPIRED)
 
     # -- cancellation ------------------------------------------------------------------------
@@ -734,29 +693,16 @@ class Engine:
         self, *, session_id: str | None = None, principal_id: str | None = None
     ) -> dict[str, int]:
         """Running (pending included) and paused executions, for the lease policy."""
-        with self.store.session() as s:
-            query = select(Execution.status).where(live_executions())
-            if session_id is not None:
-                query = query.where(Execution.session_id == session_id)
-            if principal_id is not None:
-                query = query.where(Execution.principal_id == principal_id)
-            statuses = list(s.exec(query))
+        statuses = self.store.executions.live_statuses(
+            session_id=session_id, principal_id=principal_id
+        )
         paused = sum(1 for st in statuses if st == E.WAITING_FOR_INTERACTION)
         return {"running": len(statuses) - paused, "paused": paused}
 
     def paused_count(self, principal_id: str) -> int:
         """The principal's executions waiting for a decision, on every instance (for the
         `max_paused_per_principal` admission limit)."""
-        with self.store.session() as s:
-            return s.exec(
-                select(func.count())
-                .select_from(Execution)
-                .where(
-                    live_executions(),
-                    Execution.status == E.WAITING_FOR_INTERACTION,
-                    Execution.principal_id == principal_id,
-                )
-            ).one()
+        return self.store.executions.paused_count(principal_id)
 
 
 __all__ = ["Action", "Engine", "ExecutionView", "ToolRequest"]

@@ -27,8 +27,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from machine.db.schema import ApprovalToken, Execution
-from machine.db.store import ApprovalTokenUsed
+from machine.db.approval_token_queries import ApprovalTokenUsed
+from machine.db.schema import ApprovalToken
 from machine.engine import Action
 from machine.errors import ErrorCode, LockgateError
 from machine.runtime import Runtime
@@ -187,8 +187,7 @@ class ApprovalSurface:
         return self.tokens.check(token, execution_id, now=self._now())
 
     def _code(self, execution_id: str) -> str:
-        with self.runtime.engine.store.session() as s:
-            row = s.get(Execution, execution_id)
+        row = self.runtime.engine.store.executions.get(execution_id)
         return row.code if row is not None else ""
 
     def _same_origin(self, request: Request, origin: str) -> bool:

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from machine.db.approval_token_queries import UseApprovalToken
 from machine.db.connect import sqlite_file
 from machine.db.schema import ApprovalToken
-from machine.db.store import SqlStore, UseApprovalToken
+from machine.db.store import SqlStore
 from machine.errors import ErrorCode, LockgateError
 from machine.settings import MAKE_A_SIGNING_KEY, MIN_SIGNING_KEY_CHARS, Settings
 from server.keys import ApiKeys
@@ -261,7 +262,7 @@ class ApprovalTokens:
     ) -> str:
         """The token of the call's link for `key_id`: the one handed out before while it
         can still decide this call until `expires_at`, else a new one (which replaces it)."""
-        held = self.store.approval_link(link_name(execution_id, call_seq, key_id))
+        held = self.store.approval_tokens.by_link(link_name(execution_id, call_seq, key_id))
         if (
             held is not None
             and held.used_at is None
@@ -272,7 +273,7 @@ class ApprovalTokens:
             return self.token_of(held)
         row = self._row(execution_id, call_seq, principal_id, expires_at, key_id, now)
         row.link = link_name(execution_id, call_seq, key_id)
-        won = self.store.hand_out_approval_link(row, retire=held.id if held is not None else None)
+        won = self.store.approval_tokens.hand_out(row, retire=held.id if held is not None else None)
         return self.token_of(won)
 
     def mint(
@@ -287,7 +288,7 @@ class ApprovalTokens:
     ) -> str:
         """A link of its own, never handed out again (a second link to one call)."""
         row = self._row(execution_id, call_seq, principal_id, expires_at, key_id, now)
-        self.store.add_approval_token(row)
+        self.store.approval_tokens.add(row)
         return self.token_of(row)
 
     def token_of(self, row: ApprovalToken) -> str:
@@ -323,7 +324,7 @@ class ApprovalTokens:
         parts = _TOKEN.fullmatch(token)
         if parts is None:
             return None
-        row = self.store.approval_token(parts["id"])
+        row = self.store.approval_tokens.get(parts["id"])
         if row is None or not self.signing.verify(_signed(row), parts["mac"]):
             return None
         return row
@@ -353,7 +354,7 @@ class ApprovalTokens:
 
     def purge(self, older_than: datetime) -> int:
         """Delete links that expired before `older_than` (they can only be refused)."""
-        return self.store.purge_approval_tokens(older_than)
+        return self.store.approval_tokens.purge(older_than)
 
     def use(self, row: ApprovalToken, *, now: datetime) -> UseApprovalToken:
         """The write that uses the link (`check`ed to `row`) up: made in the transaction of

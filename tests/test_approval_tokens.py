@@ -28,10 +28,11 @@ from pydantic import SecretStr, ValidationError
 from sqlalchemy import inspect, text
 from sqlmodel import col, select
 
+from machine.db.approval_token_queries import ApprovalTokenUsed, UseApprovalToken
 from machine.db.connect import open_engine
 from machine.db.migrate import alembic_config, upgrade
 from machine.db.schema import ApprovalToken, Execution, TransitionLog
-from machine.db.store import ApprovalTokenUsed, SqlStore, UseApprovalToken
+from machine.db.store import SqlStore
 from machine.errors import Conflict
 from machine.faults import Faults
 from machine.records import Change
@@ -341,7 +342,7 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
                 )
             ],
         )
-        store.add_approval_token(
+        store.approval_tokens.add(
             ApprovalToken(
                 id="h1",
                 execution_id="e1",
@@ -359,11 +360,11 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
             store.commit(
                 [Change("execution", "e1", "start", "pending", "running", 7, {})], (), (), [use]
             )
-        row = store.approval_token("h1")
+        row = store.approval_tokens.get("h1")
         assert row is not None and row.used_at is None
 
         store.commit([start], writes=[use])
-        row = store.approval_token("h1")
+        row = store.approval_tokens.get("h1")
         assert row is not None and row.used_at == NOW
 
         # Used once: a second use is refused, and the transition it came with with it.
@@ -374,7 +375,7 @@ def test_a_token_is_used_in_its_transitions_transaction_or_not_at_all(
         with store.session() as s:
             execution = s.get(Execution, "e1")
         assert execution is not None and execution.status == "running"
-        row = store.approval_token("h1")
+        row = store.approval_tokens.get("h1")
         assert row is not None and row.used_at == NOW
     finally:
         engine.dispose()

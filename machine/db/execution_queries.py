@@ -1,4 +1,4 @@
-"""Reads of executions and their tool-call journal (for recovery and the session ledger).
+"""Reads of executions and their tool-call journal (for the engine, recovery and the ledger).
 
 Every read of live work goes through the live partial index (`live_executions()`), whose
 statuses are rendered as literals so that SQLite, too, plans the query on it: the cost of
@@ -7,7 +7,9 @@ these reads grows with live work, never with history.
 
 from __future__ import annotations
 
-from sqlmodel import col, select
+from datetime import datetime
+
+from sqlmodel import col, func, select
 
 from machine.db.queries import Queries
 from machine.db.schema import Execution, ToolCall, live_executions
@@ -19,6 +21,17 @@ class ExecutionQueries(Queries):
         """The execution by id (primary key), in any state."""
         with self._session() as s:
             return s.get(Execution, execution_id)
+
+    def with_calls(self, execution_id: str) -> tuple[Execution, list[ToolCall]] | None:
+        """The execution and its whole journal read in one session, so a view never pairs
+        a row with calls from another moment (primary key; index on
+        `tool_calls.execution_id`). None when there is no such execution."""
+        with self._session() as s:
+            row = s.get(Execution, execution_id)
+            if row is None:
+                return None
+            calls = list(s.exec(select(ToolCall).where(ToolCall.execution_id == execution_id)))
+        return row, calls
 
     def by_origin(self, origin_request: str) -> Execution | None:
         """The execution a request started (`<session id>:<JSON-RPC id>`), if it started
@@ -35,6 +48,60 @@ class ExecutionQueries(Queries):
             return list(
                 s.exec(select(Execution).where(live_executions(), Execution.status == E.RUNNING))
             )
+
+    def pending_ids(self, limit: int) -> list[str]:
+        """The oldest pending executions (new, or requeued by recovery), for an instance to
+        claim: read through the live index, so the queue costs what is queued."""
+        with self._session() as s:
+            return list(
+                s.exec(
+                    select(Execution.id)
+                    .where(live_executions(), Execution.status == E.PENDING)
+                    .order_by(col(Execution.created_at))
+                    .limit(limit)
+                )
+            )
+
+    def paused_due(self, now: datetime) -> list[Execution]:
+        """Paused executions whose approval deadline passed by `now`: the expiry sweep's
+        work (live index; the deadline is filtered among the paused rows only)."""
+        with self._session() as s:
+            return list(
+                s.exec(
+                    select(Execution).where(
+                        live_executions(),
+                        Execution.status == E.WAITING_FOR_INTERACTION,
+                        col(Execution.deadline) <= now,
+                    )
+                )
+            )
+
+    def live_statuses(
+        self, *, session_id: str | None = None, principal_id: str | None = None
+    ) -> list[str]:
+        """The status of every live execution, optionally of one session or principal: the
+        session lease counts running and paused work from them (live index)."""
+        with self._session() as s:
+            query = select(Execution.status).where(live_executions())
+            if session_id is not None:
+                query = query.where(Execution.session_id == session_id)
+            if principal_id is not None:
+                query = query.where(Execution.principal_id == principal_id)
+            return list(s.exec(query))
+
+    def paused_count(self, principal_id: str) -> int:
+        """How many of the principal's executions wait for a decision, on every instance:
+        the `max_paused_per_principal` admission limit (live index)."""
+        with self._session() as s:
+            return s.exec(
+                select(func.count())
+                .select_from(Execution)
+                .where(
+                    live_executions(),
+                    Execution.status == E.WAITING_FOR_INTERACTION,
+                    Execution.principal_id == principal_id,
+                )
+            ).one()
 
     def calls(self, execution_id: str) -> list[ToolCall]:
         """The execution's journal, in call order (the latest call last): what recovery

@@ -17,20 +17,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import Engine, Table, delete, update
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, SQLModel, col, select
+from sqlalchemy import Engine, Table, update
+from sqlmodel import Session, SQLModel
 
+from machine.db.approval_token_queries import (
+    ApprovalTokenQueries,
+)
 from machine.db.execution_queries import ExecutionQueries
 from machine.db.instance_queries import InstanceQueries
 from machine.db.key_queries import KeyQueries
 from machine.db.metrics_queries import MetricsQueries
 from machine.db.schema import (
-    ApprovalToken,
     Execution,
     Instance,
     OwedRequest,
@@ -39,7 +39,8 @@ from machine.db.schema import (
 )
 from machine.db.schema import Session as SessionRow
 from machine.db.session_queries import SessionQueries
-from machine.errors import Conflict, ErrorCode, IllegalTransition, LockgateError
+from machine.db.tool_call_queries import ToolCallQueries
+from machine.errors import Conflict, IllegalTransition
 from machine.records import Change, Fence
 from machine.store import declared_edges, refuse_undeclared
 from spec import MACHINES, MachineSpec
@@ -68,41 +69,6 @@ class StoreWrite(Protocol):
     def write(self, session: Session) -> None: ...
 
 
-class ApprovalTokenUsed(LockgateError):
-    """The approval token was used already: the decision it was to carry is not taken."""
-
-    code = ErrorCode.FORBIDDEN
-
-    def __init__(self) -> None:
-        super().__init__(
-            "This approval link was already used: a decision was already sent with it, and "
-            "each link decides once.",
-            hint="Fetch the execution (with an API key) to see the decision and its outcome.",
-        )
-
-
-@dataclass(frozen=True)
-class UseApprovalToken:
-    """Use an approval token up, in the transaction of the decision it carries: a crash
-    before that commits leaves the link usable, and of two uses only one commits (the
-    condition `used_at IS NULL`; the other's whole transaction is refused)."""
-
-    link_id: str
-    at: datetime
-
-    def write(self, session: Session) -> None:
-        result = session.execute(
-            update(ApprovalToken)
-            .where(
-                col(ApprovalToken.id) == self.link_id,
-                col(ApprovalToken.used_at).is_(None),
-            )
-            .values(used_at=self.at)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise ApprovalTokenUsed()
-
-
 class SqlStore:
     def __init__(self, engine: Engine, specs: Mapping[str, MachineSpec] | None = None) -> None:
         self.engine = engine
@@ -114,6 +80,8 @@ class SqlStore:
         self.executions = ExecutionQueries(engine)
         self.keys = KeyQueries(engine)
         self.metrics = MetricsQueries(engine)
+        self.tool_calls = ToolCallQueries(engine)
+        self.approval_tokens = ApprovalTokenQueries(engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -211,56 +179,3 @@ class SqlStore:
                 source="(new)",
                 dest=str(status),
             )
-
-    # -- approval tokens: credentials outside the lifecycles ----------------------------------
-
-    def approval_token(self, link_id: str) -> ApprovalToken | None:
-        with self.session() as s:
-            return s.get(ApprovalToken, link_id)
-
-    def approval_link(self, link: str) -> ApprovalToken | None:
-        """The link row currently handed out as `link` (see `ApprovalToken.link`)."""
-        with self.session() as s:
-            return s.exec(select(ApprovalToken).where(ApprovalToken.link == link)).first()
-
-    def add_approval_token(self, row: ApprovalToken) -> None:
-        with self.session() as s, s.begin():
-            s.add(row)
-
-    def hand_out_approval_link(
-        self, row: ApprovalToken, *, retire: str | None = None
-    ) -> ApprovalToken:
-        """Make `row` the one handed out as its `link`, first retiring the row `retire` (by
-        id) from it, in one transaction. If another writer handed a row out as that link
-        first, its row is returned instead: the link is unique, so two answers shown at once
-        still give one link."""
-        assert row.link is not None
-        for _ in range(3):
-            try:
-                with self.session() as s, s.begin():
-                    if retire is not None:
-                        s.execute(
-                            update(ApprovalToken)
-                            .where(
-                                col(ApprovalToken.id) == retire,
-                                col(ApprovalToken.link) == row.link,
-                            )
-                            .values(link=None)
-                        )
-                    s.add(row)
-                return row
-            except IntegrityError:
-                # Lost the race: the winner's committed row is the link. Had it been retired
-                # in between by yet another writer, try again.
-                won = self.approval_link(row.link)
-                if won is not None:
-                    return won
-        raise RuntimeError(f"approval link {row.link!r} kept changing while being handed out")
-
-    def purge_approval_tokens(self, older_than: datetime) -> int:
-        """Delete links that expired before `older_than`; returns how many."""
-        with self.session() as s, s.begin():
-            result = s.execute(
-                delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
-            )
-        return int(result.rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,43 @@
+"""Reads of single tool-call journal rows, for the engine's drive and its decisions.
+
+A call's id is `<execution id>:<seq>` (`machine.tools.registry.make_idempotency_key`), so
+the call an execution waits on or replays is read by primary key; the latest or last decided
+call of an execution is read through the index on `tool_calls.execution_id`, among that
+execution's own calls only.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import col, select
+
+from machine.db.queries import Queries
+from machine.db.schema import ToolCall
+
+
+class ToolCallQueries(Queries):
+    def get(self, call_id: str) -> ToolCall | None:
+        """The call by id (primary key): the one a checkpoint names, or a replayed one."""
+        with self._session() as s:
+            return s.get(ToolCall, call_id)
+
+    def latest(self, execution_id: str) -> ToolCall | None:
+        """The execution's latest call: a drain must not hand back an execution whose
+        latest call is in flight (index on `tool_calls.execution_id`)."""
+        with self._session() as s:
+            return s.exec(
+                select(ToolCall)
+                .where(ToolCall.execution_id == execution_id)
+                .order_by(col(ToolCall.seq).desc())
+                .limit(1)
+            ).first()
+
+    def last_decided(self, execution_id: str) -> ToolCall | None:
+        """The execution's latest call a person decided: a repeated decision is compared
+        with it to answer with the same outcome (index on `tool_calls.execution_id`)."""
+        with self._session() as s:
+            return s.exec(
+                select(ToolCall)
+                .where(ToolCall.execution_id == execution_id, col(ToolCall.decided_at).is_not(None))
+                .order_by(col(ToolCall.seq).desc())
+                .limit(1)
+            ).first()
