@@ -40,7 +40,6 @@ from machine.execution_errors import (
     ExecutionNotFound,
     InvalidExecutionInput,
 )
-from machine.faults import Faults
 from machine.policy import Policy, PolicyDecision
 from machine.records import Record
 from machine.sandbox import (
@@ -122,13 +121,13 @@ class Engine:
         self,
         *,
         store: SqlStore,
+        write: WritePath,
         sandbox: Sandbox,
         registry: ToolRegistry,
         policy: Policy,
         secrets: SecretStore,
         settings: Settings,
         owner: str,
-        faults: Faults | None = None,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.store = store
@@ -140,9 +139,8 @@ class Engine:
         #: The instance id written as the owner of the executions this engine runs.
         self.owner = owner
         self.clock = clock
-        self.write = WritePath(
-            store, faults=faults, clock=clock, conservative=settings.conservative_recovery
-        )
+        #: The one write path, shared with the instance lease, sessions and recovery.
+        self.write = write
         #: Set when this instance drains: every execution it drives goes back to the queue
         #: at its next step (sandbox step or dispatch) instead of going on.
         self.handing_back = threading.Event()

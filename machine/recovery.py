@@ -20,18 +20,19 @@ Only non-terminal executions are read (the live index), so the cost grows with l
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import JsonValue
 
 from machine.db.schema import Execution, ToolCall
-from machine.engine import Engine, record_of
+from machine.db.store import SqlStore
+from machine.engine import record_of
 from machine.errors import Conflict, GuardRefused
 from machine.instances import InstanceLease
 from machine.records import Record
-from machine.write_path import Step
+from machine.write_path import Step, WritePath
 from spec import ExecutionStatus as E
 from spec import ToolCallStatus as C
 
@@ -57,18 +58,25 @@ def what_ran(calls: list[ToolCall]) -> JsonValue:
 
 
 class Recovery:
-    def __init__(self, engine: Engine, lease: InstanceLease) -> None:
-        self.engine, self.lease = engine, lease
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        write: WritePath,
+        lease: InstanceLease,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.store, self.write, self.lease, self.clock = store, write, lease, clock
 
     def orphaned(self, now: datetime | None = None) -> list[Execution]:
         """Running executions whose owner holds no lease (read through the live index)."""
         live = self.lease.live_ids(now)
-        return [r for r in self.engine.store.executions.running() if r.owner not in live]
+        return [r for r in self.store.executions.running() if r.owner not in live]
 
     def run(self) -> RecoveryReport:
         # One instant for both reads: an instance whose lease lapsed is declared dead in the
         # same round in which its work is taken over.
-        now = self.engine.clock()
+        now = self.clock()
         report = RecoveryReport(declared_dead=self.lease.declare_dead_instances(now))
         for row in self.orphaned(now):
             try:
@@ -93,13 +101,13 @@ class Recovery:
         """The first of its state's `on_crash` events whose guards hold, with where it
         leads; None when none does (the state's `otherwise` holds: it is reclaimed by the
         requeued execution, or it waits durably). The spec decides, not this module."""
-        state = self.engine.write.machines[record.machine].spec.state(record.status)
+        state = self.write.machines[record.machine].spec.state(record.status)
         if state.on_crash is None:
             return None
         for event in state.on_crash.events:
             step = Step(record, event, given)
             try:
-                transition, _ = self.engine.write.decide(step, now)
+                transition, _ = self.write.decide(step, now)
             except GuardRefused:
                 continue  # its guards do not hold here: the next event, in the spec's order
             return step, transition.dest
@@ -114,8 +122,8 @@ class Recovery:
         execution itself, so the execution's version guards them: if another instance
         recovered (and resumed) it since we read it, the whole step conflicts and nothing of
         a live instance's work is touched."""
-        now = self.engine.clock()
-        calls = self.engine.store.executions.calls(row.id)
+        now = self.clock()
+        calls = self.store.executions.calls(row.id)
         latest = calls[-1] if calls else None
         steps: list[Step] = []
         if latest is not None and latest.status == C.DISPATCHED:
@@ -134,8 +142,8 @@ class Recovery:
             withdrawn = self.recovery_step(record_of(latest), {"execution_ended": True}, now)
             if withdrawn is not None:
                 steps.append(withdrawn[0])
-        self.engine.write.apply(*steps)
+        self.write.apply(*steps)
         return E(dest)
 
     def _ends(self, status: str) -> bool:
-        return self.engine.write.machines["execution"].spec.state(status).terminal
+        return self.write.machines["execution"].spec.state(status).terminal

@@ -28,6 +28,7 @@ from machine.sessions import Sessions
 from machine.settings import Settings
 from machine.tools.notes import NotesSource
 from machine.tools.registry import ToolRegistry, ToolSource
+from machine.write_path import WritePath
 from spec.session_lease import LeasePolicy
 
 log = logging.getLogger("lockgate.runtime")
@@ -93,41 +94,49 @@ class Runtime:
         )
         if faults is None:
             faults = for_server(settings.fault_injection)
-        placeholder = Engine(
+        # The store and the one write path first: the instance lease registers through
+        # them, so everything built after it knows the owner it writes as.
+        write = WritePath(
+            store, faults=faults, clock=clock, conservative=settings.conservative_recovery
+        )
+        lease = InstanceLease(
+            store, write, name=default_instance_name(settings), ttl=settings.lease_ttl, clock=clock
+        )
+        lease.register()
+        engine = Engine(
             store=store,
+            write=write,
             sandbox=sandbox,
             registry=registry,
             policy=Policy.from_text(settings.policy),
             secrets=secrets or EnvironmentSecrets(),
             settings=settings,
-            owner="",
-            faults=faults,
+            owner=lease.id,
             clock=clock,
         )
-        lease = InstanceLease(
-            store,
-            placeholder.write,
-            name=default_instance_name(settings),
-            ttl=settings.lease_ttl,
+        recovery = Recovery(store=store, write=write, lease=lease, clock=clock)
+        sessions = Sessions(
+            store=store,
+            write=write,
+            lease=lease,
+            policy=LeasePolicy(
+                idle_timeout=settings.session_idle_timeout,
+                lease=settings.session_lease,
+                cap=settings.session_cap,
+            ),
             clock=clock,
+            live_counts=engine.live_counts,
+            recover_executions=recovery.run,
         )
-        lease.register()
-        placeholder.owner = lease.id
-        policy = LeasePolicy(
-            idle_timeout=settings.session_idle_timeout,
-            lease=settings.session_lease,
-            cap=settings.session_cap,
-        )
-        recovery = Recovery(placeholder, lease)
         return cls(
             settings=settings,
-            engine=placeholder,
+            engine=engine,
             lease=lease,
             recovery=recovery,
             sandbox=sandbox,
             sources=chosen,
             registry=registry,
-            sessions=Sessions(placeholder, lease, policy, recovery.run),
+            sessions=sessions,
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:

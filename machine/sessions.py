@@ -13,16 +13,17 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from pydantic import JsonValue
 
 from machine.db.schema import Execution, OwedRequest, Session
 from machine.db.session_queries import LIVE_SESSION_STATUSES
-from machine.engine import Engine
+from machine.db.store import SqlStore
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.instances import InstanceLease
 from machine.records import Record
-from machine.write_path import Step
+from machine.write_path import Step, WritePath
 from spec import ExecutionStatus as E
 from spec import InstanceStatus, OwedRequestStatus, SessionStatus
 from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
@@ -79,24 +80,33 @@ def request_key(session_id: str, request_id: JsonValue) -> str:
     return f"{session_id}:{request_id!r}"
 
 
+class LiveCounts(Protocol):
+    """Running (pending included) and paused executions of a session (`Engine.live_counts`)."""
+
+    def __call__(self, *, session_id: str | None = None) -> dict[str, int]: ...
+
+
 class Sessions:
     def __init__(
         self,
-        engine: Engine,
+        *,
+        store: SqlStore,
+        write: WritePath,
         lease: InstanceLease,
         policy: LeasePolicy,
+        clock: Callable[[], datetime],
+        live_counts: LiveCounts,
         recover_executions: Callable[[], object] = lambda: None,
     ) -> None:
-        self.engine, self.lease, self.policy = engine, lease, policy
+        self.store, self.write, self.lease, self.policy = store, write, lease, policy
+        self.clock = clock
+        #: The engine's count of a session's running and paused executions (the lease
+        #: decision needs nothing else of it).
+        self.live_counts = live_counts
         #: Recovery of dead instances' executions, run before a report describes their fate.
         self.recover_executions = recover_executions
-        self.store, self.write = engine.store, engine.write
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
-
-    @property
-    def clock(self) -> Callable[[], datetime]:
-        return self.engine.clock
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -192,7 +202,7 @@ class Sessions:
         destroyed = []
         now = self.clock()
         for row in rows:
-            counts = self.engine.live_counts(session_id=row.id)
+            counts = self.live_counts(session_id=row.id)
             decision = decide_session_alarm(
                 now,
                 row.last_activity,

@@ -318,7 +318,7 @@ def _never_marks_in_doubt(monkeypatch: pytest.MonkeyPatch) -> None:
     original: Callable[[Recovery, Any], E] = Recovery.recover_execution
 
     def recover_execution(self: Recovery, row: Any) -> E:
-        write = self.engine.write
+        write = self.write
         apply = write.apply
 
         def skip_mark(*steps: Step, **kwargs: Any) -> Applied[Any]:

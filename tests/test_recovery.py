@@ -252,7 +252,7 @@ def test_a_round_judges_every_lease_at_the_instant_it_began(make_runtime: MakeRu
         lapses = s.get(Instance, dying.lease.id)
     assert lapses is not None
     ticking = TickingClock(lapses.lease_until - timedelta(seconds=0.5))
-    survivor.engine.clock = survivor.lease.clock = ticking
+    survivor.engine.clock = survivor.lease.clock = survivor.recovery.clock = ticking
 
     first = survivor.recovery.run()  # begins half a second before the lease lapses
     assert (first.declared_dead, first.requeued) == ([], [])

@@ -37,7 +37,7 @@ def test_a_scenario_is_swept_at_every_point_it_reaches_without_violation() -> No
 
 def careless_recovery(self: Recovery, row: object) -> ExecutionStatus:
     """A planted bug: recovery always requeues, even with a non-idempotent call in doubt."""
-    self.engine.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}))  # type: ignore[arg-type]
+    self.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}))  # type: ignore[arg-type]
     return ExecutionStatus.PENDING
 
 
