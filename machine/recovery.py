@@ -142,7 +142,13 @@ class Recovery:
             withdrawn = self.recovery_step(record_of(latest), {"execution_ended": True}, now)
             if withdrawn is not None:
                 steps.append(withdrawn[0])
-        self.write.apply(*steps)
+        # Decided on the calls as read above: if the latest one moved since (its stalled
+        # owner woke and dispatched it before this commit), the decision is stale. A step
+        # that moves the call checks its version itself; otherwise fence on it, so the
+        # commit conflicts and the next round decides again on what is really stored.
+        moved_call = latest is not None and any(s.record.id == latest.id for s in steps)
+        fence = record_of(latest) if latest is not None and not moved_call else None
+        self.write.apply(*steps, fence=fence)
         return E(dest)
 
     def _ends(self, status: str) -> bool:

@@ -260,3 +260,45 @@ def test_a_round_judges_every_lease_at_the_instant_it_began(make_runtime: MakeRu
 
     second = survivor.recovery.run()  # begins after it lapsed
     assert (second.declared_dead, second.requeued) == ([dying.lease.id], [lost])
+
+
+class OwnerWakesMeanwhile(Faults):
+    """The stalled owner wakes between recovery's read of the journal and its commit, and
+    sends the call it was about to send (as the engine does: fenced on its execution, which
+    recovery has not moved yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wake: Callable[[], None] | None = None
+
+    def reached(self, point: CrashPoint) -> None:
+        super().reached(point)
+        wake, self.wake = self.wake, None
+        if wake is not None and point.name == "execution:requeue:running->pending:before_commit":
+            wake()
+
+
+def test_a_call_sent_after_recovery_read_the_journal_is_not_requeued_over(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Found under load by the real-process stall scenario: recovery decided `requeue` on a
+    call it read as approved, the woken owner dispatched it, and the requeue committed
+    anyway; the next owner found a dispatched call and failed the execution internally."""
+    faults = OwnerWakesMeanwhile()
+    runtime = make_runtime(faults=faults)
+    lost = orphan(runtime, [(1, "notes.write", "approved", False)])
+    with runtime.engine.store.session() as s:
+        call = s.get(ToolCall, f"{lost}:1")
+    assert call is not None
+    running = record_of(execution(runtime, lost))
+
+    def owner_sends_it() -> None:
+        step = Step(record_of(call), "dispatch")
+        runtime.engine.write.apply(step, effect=lambda: None, fence=running)
+
+    faults.wake = owner_sends_it
+    assert runtime.recovery.run().requeued == []  # decided on a stale journal: refused
+    assert call_statuses(runtime, lost) == {1: "dispatched"}
+    again = runtime.recovery.run()  # decides on what is stored now
+    assert again.interrupted == [lost]
+    assert call_statuses(runtime, lost) == {1: "in_doubt"}
