@@ -24,8 +24,8 @@ from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.instances import InstanceLease
 from machine.records import Record
 from machine.write_path import Step, WritePath
+from spec import INSTANCE, OwedRequestStatus, SessionStatus
 from spec import ExecutionStatus as E
-from spec import InstanceStatus, OwedRequestStatus, SessionStatus
 from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
 
 log = logging.getLogger("lockgate.sessions")
@@ -317,7 +317,7 @@ class Sessions:
     def _dead_incarnations(self) -> set[int]:
         """Incarnations that hold no lease any more."""
         now = self.clock()
-        alive = (InstanceStatus.LIVE, InstanceStatus.DRAINING)
+        alive = INSTANCE.live_names  # live or draining: its lease still counts
         return {
             lease.incarnation
             for lease in self.store.instances.leases()
@@ -386,6 +386,7 @@ class Sessions:
             status = execution.status
             data["executionId"] = execution.id
             data["status"] = status
+            # Not `live_names`: a paused execution is reported as paused, not running.
             if status in (E.PENDING, E.RUNNING):
                 data["next"] = "wait"
                 data["hint"] = (

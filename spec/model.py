@@ -157,6 +157,11 @@ class MachineSpec(Frozen):
         return frozenset(s.name for s in self.states if s.terminal)
 
     @property
+    def live_names(self) -> frozenset[str]:
+        """The non-terminal states: a record in one of them may still change."""
+        return frozenset(s.name for s in self.states if not s.terminal)
+
+    @property
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.states)
 

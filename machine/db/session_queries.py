@@ -13,10 +13,12 @@ from sqlmodel import col, func, select
 
 from machine.db.queries import Queries
 from machine.db.schema import OwedRequest, Session
-from spec import OwedRequestStatus, SessionStatus
+from spec import SESSION, OwedRequestStatus, SessionStatus
 
 #: The session states that can still take requests (and so collect reports).
-LIVE_SESSION_STATUSES = (SessionStatus.ACTIVE.value, SessionStatus.IDLE.value)
+#: Derived from the spec (its non-terminal states: active, idle); sorted, as a stable literal
+#: list for the queries that filter on it.
+LIVE_SESSION_STATUSES = tuple(sorted(SESSION.live_names))
 
 
 class SessionQueries(Queries):

@@ -1,0 +1,281 @@
+"""The dispatcher: one tool call's way through the journal, from request to settled outcome.
+
+A call's life in `advance` follows the tool-call lifecycle:
+requested -> (policy) blocked | approved | awaiting_approval (the execution pauses);
+approved -> dispatched (intent, committed BEFORE the tool runs) -> succeeded | failed (result,
+committed after). Whatever the call's stored status, `advance` continues from it, which is
+how a requeued execution replays its journal instead of calling tools twice.
+
+It gives the sandbox its next step (`resume_sandbox`), but only after `go_on`: once the
+instance hands its work back (the drain), no new sandbox step or dispatch begins.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import JsonValue
+
+from machine.db.schema import Execution, ToolCall
+from machine.db.store import SqlStore
+from machine.policy import Policy, PolicyDecision
+from machine.records import Record
+from machine.sandbox import (
+    MONTY_VERSION,
+    Raised,
+    Returned,
+    Sandbox,
+    Suspended,
+    ToolOutcome,
+)
+from machine.sandbox import (
+    Step as SandboxStep,
+)
+from machine.secrets import MissingSecret, Redactor, SecretStore
+from machine.settings import Settings
+from machine.tools.registry import (
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolFailed,
+    ToolRegistry,
+    UnknownTool,
+    make_idempotency_key,
+)
+from machine.values import limit_size, to_json
+from machine.write_path import Step, WritePath
+from spec import ToolCallStatus as C
+
+log = logging.getLogger("lockgate.engine")
+
+
+class Action(StrEnum):
+    ACCEPT = "accept"
+    DECLINE = "decline"
+    CANCEL = "cancel"
+
+
+def record_of(row: Execution | ToolCall) -> Record:
+    machine = "execution" if isinstance(row, Execution) else "tool_call"
+    return Record(machine, row.id, row.status, row.version, row.model_dump())
+
+
+def principal_of(ex: Record) -> str:
+    """The principal an execution runs for: its sandbox steps are shared out by it."""
+    return str(ex.fields["principal_id"])
+
+
+@dataclass(frozen=True)
+class _Dispatched:
+    """What a tool call produced: a value for the code, or an error message for it."""
+
+    value: JsonValue = None
+    error: str | None = None
+
+
+#: The exception type agent code sees for a call that did not happen (catchable as
+#: `PermissionError` or `Exception`).
+REFUSED = "PermissionError"
+
+
+class HandBack(Exception):
+    """Raised inside a drive, at a step boundary, once this instance hands its work back."""
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        write: WritePath,
+        sandbox: Sandbox,
+        registry: ToolRegistry,
+        policy: Policy,
+        secrets: SecretStore,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        handing_back: threading.Event,
+    ) -> None:
+        self.store, self.write, self.sandbox = store, write, sandbox
+        self.registry, self.policy, self.secrets = registry, policy, secrets
+        self.settings, self.clock = settings, clock
+        #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
+        self.handing_back = handing_back
+
+    def call(self, ex: Record, suspended: Suspended, seq: int) -> SandboxStep | None:
+        request = suspended.request
+        call_id = make_idempotency_key(ex.id, seq)
+        try:
+            tool = self.registry.get(request.name)
+            arguments = self.registry.validate_arguments(
+                request.name, dict(request.kwargs), list(request.args)
+            )
+        except (UnknownTool, InvalidArguments) as exc:
+            # Nothing was requested that could run: the code sees the error, no journal row.
+            return self.resume_sandbox(ex, suspended.snapshot, Raised("TypeError", exc.message))
+        existing = self.store.tool_calls.get(call_id)
+        if existing is not None:
+            if existing.tool != tool.spec.full_name:
+                return self.resume_sandbox(
+                    ex,
+                    suspended.snapshot,
+                    Raised(
+                        "RuntimeError",
+                        f"replaying after a restart, call {seq} asked for "
+                        f"{tool.spec.call_name} but the journal recorded "
+                        f"tools.{existing.tool}: the code is not deterministic",
+                    ),
+                )
+            return self.advance(ex, record_of(existing), suspended.snapshot)
+        now = self.clock()
+        row = ToolCall(
+            id=call_id,
+            execution_id=ex.id,
+            seq=seq,
+            tool=tool.spec.full_name,
+            status=C.REQUESTED.value,
+            idempotent=tool.spec.idempotent,
+            arguments=arguments,
+            arguments_preview=limit_size(arguments, 4096),
+            created_at=now,
+            updated_at=now,
+        )
+        checkpoint = self.settings.checkpoint_every_call
+        self.write.apply(
+            Step(
+                ex,
+                "checkpoint",
+                {"snapshot": suspended.snapshot if checkpoint else ex.fields.get("snapshot")},
+                data={
+                    "calls_made": seq,
+                    "logs": ex.fields.get("logs", ""),
+                    **(
+                        {"snapshot_call": seq, "runtime_version": MONTY_VERSION}
+                        if checkpoint
+                        else {}
+                    ),
+                },
+            ),
+            inserts=[row],
+        )
+        return self.advance(ex, record_of(row), suspended.snapshot)
+
+    def advance(self, ex: Record, call: Record, snapshot: bytes) -> SandboxStep | None:
+        """Carry one journal row forward from whatever status it is in; returns the next
+        sandbox step, or None when the execution paused."""
+        tool_name = str(call.fields["tool"])
+        while True:
+            status = call.status
+            if status == C.REQUESTED:
+                tool = self.registry.get(tool_name)
+                decision = self.policy.decide(tool.spec)
+                if decision is PolicyDecision.BLOCK:
+                    self.write.apply(Step(call, "block"), fence=ex)
+                elif decision is PolicyDecision.APPROVE:
+                    self.write.apply(Step(call, "auto_approve"), fence=ex)
+                else:
+                    self._pause(ex, call, snapshot)
+                    return None
+            elif status in (C.APPROVED, C.DISPATCHED):
+                if status == C.APPROVED:
+                    self.go_on()  # not sent yet: the next owner sends it
+                # A dispatched call (a requeued execution's idempotent one) is already out:
+                # it is carried to its result, even while draining.
+                outcome = self._dispatch(ex, call)
+                return self.resume_sandbox(ex, snapshot, outcome)
+            else:
+                return self.resume_sandbox(ex, snapshot, self._settled_outcome(call))
+
+    def resume_sandbox(self, ex: Record, snapshot: bytes, outcome: ToolOutcome) -> SandboxStep:
+        self.go_on()
+        return self.sandbox.resume(snapshot, outcome, principal=principal_of(ex))
+
+    def go_on(self) -> None:
+        """Before work a drain must not wait for (a sandbox step, a dispatch): hand back."""
+        if self.handing_back.is_set():
+            raise HandBack()
+
+    def _settled_outcome(self, call: Record) -> ToolOutcome:
+        tool = f"tools.{call.fields['tool']}"
+        status = call.status
+        result = call.fields.get("result")
+        if status == C.SUCCEEDED and isinstance(result, dict):
+            return Returned(result.get("value"))
+        if status == C.FAILED and isinstance(result, dict):
+            return Raised("RuntimeError", f"{tool} failed: {result.get('error')}")
+        if status == C.BLOCKED:
+            return Raised(REFUSED, f"{tool} is blocked by the server's policy")
+        if status == C.DECLINED:
+            decision = call.fields.get("decision")
+            action = decision.get("action") if isinstance(decision, dict) else "decline"
+            verb = "cancelled" if action == Action.CANCEL else "declined"
+            return Raised(REFUSED, f"the call to {tool} was {verb} by the approver")
+        raise RuntimeError(f"call {call.id} cannot be resumed from {status!r}")
+
+    def _pause(self, ex: Record, call: Record, snapshot: bytes) -> None:
+        deadline = self.clock() + self.settings.approval_ttl
+        self.write.apply(
+            Step(call, "request_approval", {"arguments_preview": call.fields["arguments_preview"]}),
+            Step(
+                ex,
+                "pause",
+                {"snapshot": snapshot, "deadline": deadline},
+                data={
+                    "snapshot_call": int(str(call.fields["seq"])),
+                    "runtime_version": MONTY_VERSION,
+                    "logs": ex.fields.get("logs", ""),
+                },
+            ),
+        )
+
+    def _dispatch(self, ex: Record, call: Record) -> ToolOutcome:
+        tool = self.registry.get(str(call.fields["tool"]))
+        arguments = call.fields.get("arguments")
+        event = "dispatch" if call.status == C.APPROVED else "redispatch"
+        attempts = int(str(call.fields.get("attempts") or 0)) + 1
+        applied = self.write.apply(
+            Step(call, event, data={"attempts": attempts}),
+            effect=lambda: self._invoke(
+                tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
+            ),
+            fence=ex,  # only while this instance still holds the execution
+        )
+        done = applied.effect_result
+        assert done is not None
+        if done.error is None:
+            self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}), fence=ex)
+            return Returned(done.value)
+        self.write.apply(Step(call, "fail", {"result": {"error": done.error}}), fence=ex)
+        return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
+
+    def _invoke(
+        self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: Record
+    ) -> _Dispatched:
+        """Run the tool with its secrets resolved now; nothing it returns or raises is kept
+        before every secret value is scrubbed from it."""
+        try:
+            secrets = self.secrets.resolve(tool.spec.secrets)
+        except MissingSecret as exc:
+            return _Dispatched(error=exc.message)
+        redactor = Redactor(secrets.values())
+        context = ToolContext(
+            idempotency_key=call_id,
+            secrets=secrets,
+            principal_id=str(ex.fields["principal_id"]),
+        )
+        try:
+            value = tool.call(arguments, context)
+        except ToolFailed as exc:
+            return _Dispatched(error=redactor.redact_text(str(exc)))
+        except Exception as exc:
+            log.warning(
+                "tool %s raised %s", tool.spec.full_name, type(exc).__name__
+            )  # the message may hold a secret: the type is enough for operators
+            return _Dispatched(error=f"the tool failed unexpectedly ({type(exc).__name__})")
+        clean = redactor.redact(to_json(value))
+        return _Dispatched(value=limit_size(clean, self.settings.max_result_bytes))

@@ -1,0 +1,207 @@
+"""The driver: runs an execution's sandbox steps, on this instance, until it ends or pauses.
+
+It claims pending executions (`run`, `run_pending`), starts or goes on from the last
+checkpoint (`first_step`), and drives step after step (`drive`), handing each tool request to
+the dispatcher. An unexpected error fails the execution, never the server.
+
+A draining instance hands its running executions back (`hand_back_all`): the code running in
+the sandbox is stopped, and each execution goes back to `pending` from its last checkpoint at
+its next step instead of going on. A call already dispatched is carried to its result first
+(it cannot be handed back in flight); everything else a drain would wait for is cut short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from pydantic import JsonValue
+
+from machine.db.store import SqlStore
+from machine.dispatcher import Dispatcher, HandBack, principal_of, record_of
+from machine.errors import Conflict, GuardRefused
+from machine.records import Record
+from machine.sandbox import (
+    Failed,
+    Finished,
+    RuntimeMismatch,
+    Sandbox,
+    SandboxStopped,
+    SnapshotCorrupt,
+)
+from machine.sandbox import (
+    Step as SandboxStep,
+)
+from machine.settings import Settings
+from machine.tools.registry import make_idempotency_key
+from machine.values import limit_size, limit_text, to_json
+from machine.write_path import Step, WritePath
+from spec import ExecutionStatus as E
+from spec import ToolCallStatus as C
+
+log = logging.getLogger("lockgate.engine")
+
+#: What a drive begins with: the first sandbox step (None: already paused) and its cursor.
+FirstStep = Callable[[], tuple[SandboxStep | None, int]]
+
+
+class Driver:
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        write: WritePath,
+        sandbox: Sandbox,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        owner: str,
+        handing_back: threading.Event,
+    ) -> None:
+        self.store, self.write, self.sandbox = store, write, sandbox
+        self.dispatcher, self.settings = dispatcher, settings
+        #: The instance id written as the owner of the executions driven here.
+        self.owner = owner
+        #: Set when this instance drains: every execution it drives goes back to the queue
+        #: at its next step (sandbox step or dispatch) instead of going on.
+        self.handing_back = handing_back
+        #: How many drives are under way here (the drain waits for them, within its bound).
+        self._driving = 0
+        self._driven = threading.Condition()
+
+    def run(self, execution_id: str) -> bool:
+        """Claim a pending execution and run it; False when another instance claimed it."""
+        row = self.store.executions.get(execution_id)
+        if row is None or row.status != E.PENDING or self.handing_back.is_set():
+            return False  # (a draining instance would only hand it straight back)
+        ex = record_of(row)
+        try:
+            self.write.apply(Step(ex, "start", {"owner": self.owner}))
+        except Conflict:
+            return False
+        self.drive(ex, lambda: self.first_step(ex))
+        return True
+
+    def run_pending(self, limit: int = 50) -> int:
+        """Claim and run pending executions (new, or requeued by recovery)."""
+        ids = self.store.executions.pending_ids(limit)
+        return sum(1 for execution_id in ids if self.run(execution_id))
+
+    def first_step(self, ex: Record) -> tuple[SandboxStep | None, int]:
+        snapshot = ex.fields.get("snapshot")
+        at = ex.fields.get("snapshot_call")
+        if isinstance(snapshot, bytes) and isinstance(at, int):
+            # Requeued after a crash: go on from the last checkpoint, replaying the journal.
+            call = self.store.tool_calls.get(make_idempotency_key(ex.id, at))
+            if call is None:
+                raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
+            return self.dispatcher.advance(ex, record_of(call), snapshot), at
+        self.dispatcher.go_on()
+        return self.sandbox.start(str(ex.fields["code"]), principal=principal_of(ex)), 0
+
+    def drive(self, ex: Record, first: FirstStep) -> None:
+        """Drive the execution, failing it (not the server) on an unexpected error."""
+        with self._driven:
+            self._driving += 1
+        try:
+            self._drive_or_hand_back(ex, first)
+        finally:
+            with self._driven:
+                self._driving -= 1
+                self._driven.notify_all()
+
+    def hand_back_all(self) -> int:
+        """The drain: from now on every execution driven here goes back to `pending` at its
+        next step, and the sandbox steps running now are stopped (their code since the last
+        checkpoint runs again wherever the execution goes on; no call was in flight during
+        a step). Returns how many running steps were cut off."""
+        self.handing_back.set()
+        return self.sandbox.stop()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no execution is driven here; False if some
+        still is (a tool call in flight past the drain's bound: recovery's to judge)."""
+        deadline = time.monotonic() + timeout
+        with self._driven:
+            while self._driving:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._driven.wait(left)
+        return True
+
+    def _hand_back(self, ex: Record) -> None:
+        """Back to the queue from the last checkpoint, released by this owner. Nothing the
+        step did since the checkpoint is stored (its logs are produced again by the rerun)."""
+        if ex.status != E.RUNNING:
+            return
+        latest = self.store.tool_calls.latest(ex.id)
+        if latest is not None and latest.status == C.DISPATCHED:
+            # Never by design (a dispatch is carried to its result first); were it so, the
+            # call is in doubt and only recovery may judge it: leave the row as it is.
+            log.warning("execution %s has a call in flight; left to recovery", ex.id)
+            return
+        try:
+            self.write.apply(Step(ex, "hand_back"))
+        except Conflict:
+            log.warning("execution %s changed under us while handing it back", ex.id)
+            return
+        log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
+
+    def _drive_or_hand_back(self, ex: Record, first: FirstStep) -> None:
+        try:
+            step, cursor = first()
+            self._drive(ex, step, cursor)
+        except (HandBack, SandboxStopped):
+            # The instance drains (its sandbox stopped under the step, or the next step was
+            # not begun): not the execution's failure.
+            self._hand_back(ex)
+        except Conflict:
+            # Someone else moved it (recovery declared us dead, or it was cancelled): the
+            # stored state is the truth and it is theirs now.
+            log.warning("execution %s changed under us; leaving it", ex.id)
+        except Exception as exc:  # the last line of defence: one execution, not the server
+            log.exception("execution %s failed unexpectedly", ex.id)
+            self._fail_internally(ex, exc)
+
+    def _fail_internally(self, ex: Record, exc: Exception) -> None:
+        current = self.store.executions.get(ex.id)
+        if current is None or current.status != E.RUNNING or current.owner != self.owner:
+            return
+        error: JsonValue
+        if isinstance(exc, RuntimeMismatch | SnapshotCorrupt):
+            error = {"code": str(exc.code), "message": exc.message}
+        else:
+            error = {
+                "code": "internal_error",
+                "message": "The server failed while running "
+                "this execution; it was stopped. Run the code again.",
+            }
+        record = record_of(current)
+        with contextlib.suppress(Conflict, GuardRefused):
+            self.write.apply(Step(record, "fail", {"outcome": {"error": error}}))
+
+    def _logs(self, ex: Record, new: str) -> str:
+        joined = str(ex.fields.get("logs") or "") + new
+        return limit_text(joined, self.settings.max_log_chars)
+
+    def _drive(self, ex: Record, step: SandboxStep | None, cursor: int) -> None:
+        while step is not None:
+            logs = self._logs(ex, step.logs)
+            if isinstance(step, Finished):
+                result = limit_size(to_json(step.output), self.settings.max_result_bytes)
+                self.write.apply(
+                    Step(ex, "complete", {"outcome": {"result": result}}, data={"logs": logs})
+                )
+                return
+            if isinstance(step, Failed):
+                error = {"code": str(step.reason), "message": step.message}
+                self.write.apply(
+                    Step(ex, "fail", {"outcome": {"error": error}}, data={"logs": logs})
+                )
+                return
+            ex.fields["logs"] = logs
+            cursor += 1
+            step = self.dispatcher.call(ex, step, cursor)

@@ -1,0 +1,46 @@
+"""What the engine answers without changing anything: an execution's view, and counts of live
+work for the session lease and the admission limits. Reads only, through the store's typed
+queries (the counts through the live partial index, so they cost what is live).
+"""
+
+from __future__ import annotations
+
+from machine.db.schema import Execution
+from machine.db.store import SqlStore
+from machine.execution_errors import ExecutionNotFound
+from machine.views import ExecutionView, build_view
+from spec import ExecutionStatus as E
+
+
+class ExecutionReads:
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+
+    def view(self, execution_id: str) -> ExecutionView:
+        found = self.store.executions.with_calls(execution_id)
+        if found is None:
+            raise ExecutionNotFound(execution_id=execution_id)
+        return build_view(*found)
+
+    def owned(self, execution_id: str, principal_id: str) -> Execution:
+        row = self.store.executions.get(execution_id)
+        if row is None or row.principal_id != principal_id:
+            # Another principal's execution is answered exactly like a missing one: the
+            # answer must not tell whether someone else's execution exists.
+            raise ExecutionNotFound(execution_id=execution_id)
+        return row
+
+    def live_counts(
+        self, *, session_id: str | None = None, principal_id: str | None = None
+    ) -> dict[str, int]:
+        """Running (pending included) and paused executions, for the lease policy."""
+        statuses = self.store.executions.live_statuses(
+            session_id=session_id, principal_id=principal_id
+        )
+        paused = sum(1 for st in statuses if st == E.WAITING_FOR_INTERACTION)
+        return {"running": len(statuses) - paused, "paused": paused}
+
+    def paused_count(self, principal_id: str) -> int:
+        """The principal's executions waiting for a decision, on every instance (for the
+        `max_paused_per_principal` admission limit)."""
+        return self.store.executions.paused_count(principal_id)
