@@ -146,9 +146,7 @@ class Procs:
 
     def crash(self, *args: str, crash_at: str, **env: str) -> Proc:
         """Run a command that must die by SIGKILL at `crash_at`, before answering."""
-        proc = self.start(
-            *args, LOCKGATE_CRASH_AT=crash_at, LOCKGATE_FAULT_INJECTION="true", **env
-        )
+        proc = self.start(*args, LOCKGATE_CRASH_AT=crash_at, LOCKGATE_FAULT_INJECTION="true", **env)
         code = proc.wait()
         assert code == -signal.SIGKILL, f"expected a SIGKILL, got {code}:\n{proc.stderr()}"
         assert proc.popen.stdout is not None
