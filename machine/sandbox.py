@@ -559,14 +559,25 @@ class Sandbox:
             raise SandboxStopped()
         if self._closed:
             raise RuntimeError("this Sandbox is closed")
-        session = self._pool.checkout(
-            limits=self.limits.resource_limits(),
-            external_modules=self._modules,
-            os_policy=_OS_POLICY,
-        )
-        # Entering may fork a worker, so on the spawner thread (see _Spawner). It does not
-        # wait there for a busy worker: the caller holds a slot, and each slot has a worker.
-        entered = self._spawner.run(session.__enter__)
+        # An idle worker can die while nobody uses it (the OOM killer, an operator's kill):
+        # entering a session on it reports the crash, and the pool replaces it on the next
+        # checkout. That is no failure of the code about to run, so try a fresh one; at
+        # most every slot's worker can be dead at once.
+        for attempt in range(self.slots.capacity + 1):
+            session = self._pool.checkout(
+                limits=self.limits.resource_limits(),
+                external_modules=self._modules,
+                os_policy=_OS_POLICY,
+            )
+            # Entering may fork a worker, so on the spawner thread (see _Spawner). It does
+            # not wait there for a busy worker: the caller holds a slot, and each slot has a
+            # worker.
+            try:
+                entered = self._spawner.run(session.__enter__)
+                break
+            except MontyCrashedError:
+                if attempt == self.slots.capacity:
+                    raise
         try:
             yield entered
         except BaseException as e:

@@ -236,3 +236,20 @@ def test_a_worker_outlives_the_thread_whose_step_needed_it(reap: list[Worker]) -
     finally:
         sandbox.close()
     assert_all_gone(reap, "the Sandbox was closed")
+
+
+def test_code_runs_although_the_idle_worker_it_would_get_was_killed(reap: list[Worker]) -> None:
+    """An idle worker killed under the Sandbox (the OOM killer, an operator) is replaced:
+    the next step gets a fresh one instead of failing as a crashed sandbox."""
+    me = os.getpid()
+    before = set(monty_workers(me))
+    sandbox = Sandbox({}, SandboxLimits(max_duration_secs=5), max_processes=1)
+    try:
+        warm = wait_for(lambda: set(monty_workers(me)) - before, "the pool's warm worker")
+        reap.extend(warm)
+        for worker in warm:  # and at once, before the pool can have noticed
+            os.kill(worker.pid, signal.SIGKILL)
+        step = sandbox.start("6 * 7", principal="p")
+        assert isinstance(step, Finished) and step.output == 42, step
+    finally:
+        sandbox.close()
