@@ -18,24 +18,21 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import JsonValue
 from sqlmodel import Session, col, select
 
 from machine.db.connect import open_engine
 from machine.db.schema import Execution, ToolCall, TransitionLog
-from machine.policy import PolicyDecision
 from machine.runtime import Runtime
 from machine.sandbox import Finished, Sandbox, SandboxLimits, SandboxStopped
 from machine.tools.notes import NotesSource
-from machine.tools.registry import Tool, ToolContext, ToolSpec
 from spec import ExecutionStatus as E
 from spec import ToolCallStatus as C
+from tests.gate_tool import Gate, GateSource
 from tests.polling import wait_for
 from tests.server_fixtures import (
     Deployment,
@@ -121,42 +118,6 @@ def joined(thread: threading.Thread, failures: list[BaseException]) -> None:
     thread.join(DEADLINE)
     assert not thread.is_alive(), "the drive did not end"
     assert failures == []
-
-
-@dataclass
-class Gate:
-    """`tools.gate.hold()`: auto-approved and idempotent; returns once the test opens it."""
-
-    opened: threading.Event = field(default_factory=threading.Event)
-    entered: threading.Event = field(default_factory=threading.Event)
-    calls: int = 0
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(
-            source="gate",
-            name="hold",
-            description="Waits until the test opens the gate.",
-            returns="str",
-            idempotent=True,
-            default_policy=PolicyDecision.APPROVE,
-        )
-
-    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        self.calls += 1
-        self.entered.set()
-        if not self.opened.wait(DEADLINE):
-            raise RuntimeError("the test never opened the gate")
-        return "opened"
-
-
-@dataclass
-class GateSource:
-    gate: Gate
-    name: str = "gate"
-
-    def tools(self) -> Sequence[Tool]:
-        return [self.gate]
 
 
 # -- the sandbox ------------------------------------------------------------------------------

@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -29,14 +28,13 @@ from machine.db.schema import Execution
 from machine.engine import Action
 from machine.execution_errors import ExecutionAlreadySettled, LimitReached
 from machine.faults import Faults
-from machine.policy import PolicyDecision
 from machine.runtime import Runtime
 from machine.tools.notes import NotesSource
-from machine.tools.registry import Tool, ToolContext, ToolSpec
 from machine.views import ExecutionView
 from server.runner import ExecutionRunner
 from server.shapes import Running
 from spec import CrashPoint, ExecutionStatus
+from tests.gate_tool import Gate, GateSource
 
 MakeRuntime = Callable[..., Runtime]
 
@@ -72,39 +70,6 @@ class HoldFirst(Faults):
         if hold:
             self.arrived.set()
             wait_for_event(self.release, f"the test to release {point.name}")
-
-
-@dataclass
-class Gate:
-    """`tools.gate.hold()`: auto-approved, and it returns only once the test opens it."""
-
-    opened: threading.Event = field(default_factory=threading.Event)
-    entered: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(
-            source="gate",
-            name="hold",
-            description="Waits until the test opens the gate.",
-            returns="str",
-            idempotent=True,
-            default_policy=PolicyDecision.APPROVE,
-        )
-
-    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        self.entered.set()
-        wait_for_event(self.opened, "the test to open the gate")
-        return "opened"
-
-
-@dataclass
-class GateSource:
-    gate: Gate
-    name: str = "gate"
-
-    def tools(self) -> Sequence[Tool]:
-        return [self.gate]
 
 
 def run_watching_the_loop(
