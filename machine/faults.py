@@ -74,8 +74,11 @@ class Gate:
         return self.held
 
     def give_up(self) -> None:
-        """The thread meant to arrive ended without passing the point."""
+        """The thread meant to arrive ended without passing the point: whoever passes it
+        later (another incarnation, after a crash) goes through, never held by a gate its
+        driver stopped watching."""
         self.arrived.set()
+        self._opened.set()
 
     def open(self) -> None:
         self._opened.set()

@@ -165,6 +165,55 @@ def two_recoverers(client: Client) -> None:
     _settled(client, c, "e")
 
 
+def woken_before_recovery_commits(client: Client) -> None:
+    """a is held just before its dispatch commits; its lease lapses; b declares it dead,
+    reads the journal (the call approved, not yet sent) and is held just before its requeue
+    commits. Then a wakes: its execution has not moved, so its dispatch commits and the tool
+    runs; a is held again before the call's success. Then b commits a requeue decided on an
+    approved call that is now dispatched: fenced on the call it read, the commit conflicts
+    and b moves on; a finishes its execution, and nothing runs twice. (Unfenced, the
+    requeue lands over the dispatched call: the next owner finds a call in flight it never
+    sent.) The real-process simulator found this window under load."""
+    b = instance(client, "sim-b")
+    if not client.memory.get("stall.done"):
+        a = client.runtime
+        faults = client.world.faults
+        dispatch = faults.gate(
+            CrashPoint.parse("tool_call:dispatch:approved->dispatched:before_commit")
+        )
+        succeed = faults.gate(
+            CrashPoint.parse("tool_call:succeed:dispatched->succeeded:before_commit")
+        )
+
+        def run_a() -> object:
+            try:
+                return a.engine.execute(client.principal, STALLED_CODE)
+            finally:
+                succeed.give_up()  # a crashed (or was refused) before its success
+
+        with Held(dispatch, run_a, "a") as held:
+            if dispatch.wait_until_held():
+                _lapse(client, a, b)
+                requeue = faults.gate(
+                    CrashPoint.parse("execution:requeue:running->pending:before_commit")
+                )
+                try:
+                    with Held(requeue, b.maintain, "b recovering"):
+                        if requeue.wait_until_held():
+                            dispatch.open()
+                            succeed.wait_until_held()
+                finally:
+                    # b's round is over (or b crashed): a goes on with what it read.
+                    succeed.open()
+        if held.result is not None:
+            client.memory["e"] = held.result.id
+        client.memory["stall.done"] = True
+        a.maintain()  # its first heartbeat after the stall: it is dead
+        b.maintain()  # the next round judges what a left
+        b.engine.run_pending()
+    _settled(client, b, "e")
+
+
 def one_decision_twice(client: Client) -> None:
     """Two resumes of one paused execution with the same decision, on two instances: the
     first is held just before its approval commits while the second goes through; then the

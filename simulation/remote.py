@@ -716,6 +716,11 @@ REMOTE: dict[str, RemoteDrive] = {
     "two_recoverers": stalled(
         "tool_call:dispatch:approved->dispatched:before_commit", recoverers=("sim-b", "sim-c")
     ),
+    # For real, the window is the stall race itself (the way it was found, under load):
+    # b's read and commit are not held apart, so the drive is the stall before a dispatch.
+    "woken_before_recovery_commits": stalled(
+        "tool_call:dispatch:approved->dispatched:before_commit"
+    ),
     "one_decision_twice": one_decision_twice,
     "session_requests": session_requests,
     "stream_lost": stream_lost,
@@ -737,6 +742,7 @@ SEVERAL_INSTANCES = frozenset(
         "stalled_before_succeed",
         "stalled_before_complete",
         "two_recoverers",
+        "woken_before_recovery_commits",
         "one_decision_twice",
     }
 )

@@ -30,7 +30,12 @@ from machine.sessions import request_key
 from machine.views import ExecutionView
 from simulation.canary import LEAKING_CODE
 from simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
-from simulation.concurrency import one_decision_twice, stalled_at, two_recoverers
+from simulation.concurrency import (
+    one_decision_twice,
+    stalled_at,
+    two_recoverers,
+    woken_before_recovery_commits,
+)
 from simulation.inbox import Inbox, collect
 from simulation.world import Client, ScenarioFailed, expect
 
@@ -549,6 +554,13 @@ CATALOG: tuple[Scenario, ...] = (
         "two_recoverers",
         "b and c recover a's work at once (b held before its requeue commits).",
         two_recoverers,
+        settings=_WRITE_APPROVED,
+        portable=False,
+    ),
+    Scenario(
+        "woken_before_recovery_commits",
+        "a wakes and dispatches between b's read of the journal and b's requeue commit.",
+        woken_before_recovery_commits,
         settings=_WRITE_APPROVED,
         portable=False,
     ),

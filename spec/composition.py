@@ -76,6 +76,13 @@ EXECUTION_WITH_TOOL_CALL = Composition(
         ("tool_call", "succeed"),
         ("tool_call", "fail"),
     ),
+    # Recovery decides an orphaned execution's edge on its latest call as it read it: the
+    # commit is fenced on that call, so a stalled owner that dispatches it between the read
+    # and the commit (the execution has not moved yet) makes recovery decide again.
+    recovery_fenced=(
+        ("execution", "requeue"),
+        ("execution", "interrupt"),
+    ),
 )
 
 __all__ = ["EXECUTION_WITH_TOOL_CALL"]

@@ -855,6 +855,18 @@ def _composition_section(comp: Composition) -> list[str]:
                 "move the call any more.",
             ]
         )
+    if comp.recovery_fenced:
+        first, second = comp.machines
+        recovered = ", ".join(f"`{m}.{e}`" for m, e in comp.recovery_fenced)
+        out.extend(
+            [
+                "",
+                f"{recovered} commit only while the latest `{second}` record is still at the "
+                "version recovery read (or moved in the same transaction): an owner that "
+                "wakes between recovery's read and its commit and moves the call makes the "
+                "commit conflict, and recovery decides again.",
+            ]
+        )
     out.append("")
     return out
 

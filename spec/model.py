@@ -203,6 +203,13 @@ class Composition(Frozen):
     #: another) cannot move the execution's call any more, though the call's own row did not
     #: change. The model checker lets such a stale owner try every move of the call.
     fenced: tuple[tuple[str, str], ...] = ()
+    #: (machine, event) of the first machine's recovery transitions that commit only while
+    #: the second machine's record is still at the version recovery read: recovery decides
+    #: on the call as it read it, so a stalled owner that wakes between that read and the
+    #: commit (its execution not yet moved, so its own fence still passes) and moves the
+    #: call makes the commit conflict, and recovery decides again. The model checker lets
+    #: the stale owner move in that window.
+    recovery_fenced: tuple[tuple[str, str], ...] = ()
     description: str = Field(min_length=1)
 
 

@@ -52,6 +52,7 @@ PRODUCT_INVARIANTS = (
     "a non-idempotent effect happens at most once",
     "a finished execution leaves no call in flight",
     "a stale owner never moves a call",
+    "recovery commits what it decided on the records as they are",
 )
 
 #: Guard valuations: name -> truth. Guards absent from a valuation are free.
@@ -383,6 +384,7 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
     joint_events = {(m, e) for j in comp.joint_steps for (m, e) in j.steps}
     requires = {key: set(states) for key, states in comp.requires}
     fenced = set(comp.fenced)
+    recovery_fenced = set(comp.recovery_fenced)
     #: What the owner of a running execution does to its call (the moves a stale one tries).
     owner_moves = [event for (machine, event) in requires if machine == tc.name]
 
@@ -506,6 +508,8 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
                     ):
                         assert isinstance(nxt, Pair)
                         moves.append((label, replace(nxt, recovering=True)))
+                    if spec is ex:
+                        moves.extend(woken_before_commit(p, t, when))
             if any_transition:
                 return moves
         return [("restart complete", replace(p, recovering=False))]
@@ -585,6 +589,52 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
                         f"the stale owner wakes and tries tool_call.{event}",
                     )
         return []
+
+    def woken_before_commit(p: Pair, t: TransitionSpec, when: str) -> list[tuple[str, object]]:
+        """Recovery has read the call and decided the execution's edge `t`; before it
+        commits, the stalled owner wakes and moves the call (the execution has not moved
+        yet, so the owner's fence on it still passes). A commit fenced on the call conflicts
+        and recovery reads again; an unfenced one lands a decision made on a call that is
+        no longer there, which is a violation when the spec would decide otherwise now."""
+        if not p.stale or p.call != p.stale or p.calls != p.stale_calls or settled(p.call):
+            return []
+        out: list[tuple[str, object]] = []
+        known = {k: v for k, v in derived(p).items() if k != "must_interrupt"}
+        for event in owner_moves:
+            for moved in enabled(tc, p.call, event, known):
+                if moved.kind is TransitionKind.RECOVERY:
+                    continue
+                woke = f"the stale owner wakes before recovery commits and tries tool_call.{event}"
+                after = apply(p, [(tc.name, moved)], woke)
+                if after is None:
+                    continue
+                if moved.external_effect is not None:
+                    after = with_effect(after, moved, woke)
+                if (ex.name, t.event) in recovery_fenced:
+                    out.append(
+                        (
+                            f"{woke}; recovery's execution.{t.event}{when} is fenced on the "
+                            "call and conflicts: recovery reads again",
+                            replace(after, recovering=True, stale=after.call),
+                        )
+                    )
+                    continue
+                now_chosen = [
+                    o.transition.event
+                    for _, o in recovery_outcomes(tc, after.call, derived(after))
+                    if o.transition is not None
+                ]
+                if now_chosen:
+                    explorer.violate(
+                        "recovery commits what it decided on the records as they are",
+                        f"recovery commits execution.{t.event}, decided on the call as "
+                        f"{p.call!r}, after the stale owner moved it to {after.call!r}, where "
+                        f"the spec recovers the call first ({', '.join(now_chosen)}): the "
+                        "commit is not fenced on the call it read",
+                        p,
+                        woke,
+                    )
+        return out
 
     def good_end(c: object) -> bool:
         return isinstance(c, Pair) and not c.recovering and c.execution in ex.terminal_names

@@ -12,7 +12,10 @@ taken from the state the replay is in:
 - a step that the model only takes jointly (a pause with its call's request for approval)
   committed in the same transaction as its partner on the related record;
 - a fenced step (`Composition.fenced`) committed under a fence on its execution, at the
-  version the replay has that execution at: a stale owner's step would name an older one.
+  version the replay has that execution at: a stale owner's step would name an older one;
+- a recovery step fenced on the call (`Composition.recovery_fenced`) committed under a fence
+  on the execution's latest call at the version the replay has it at, or together with a
+  step on that call.
 
 Rows written before the log recorded transactions and fences (no `txn`) skip those two
 checks; the others apply to every row.
@@ -145,7 +148,52 @@ def _composition(
                 f"{said}: committed under fence {step.fence!r}, not its {first} as the trace "
                 f"has it ({expected})"
             )
+    if (step.machine, step.event) in set(comp.recovery_fenced) and step.txn is not None:
+        problem = _recovery_fence(step, said, comp, version, children, parents, by_txn)
+        if problem:
+            out.append(problem)
     return out
+
+
+def _recovery_fence(
+    step: LoggedStep,
+    said: str,
+    comp: Composition,
+    version: Mapping[tuple[str, str], int],
+    children: Mapping[tuple[str, str], list[str]],
+    parents: Mapping[str, str],
+    by_txn: Mapping[str, list[LoggedStep]],
+) -> str | None:
+    """Recovery decided the execution's edge on its latest call as it read it: the commit
+    is fenced on that call at the version the trace has it, or moves a call of the
+    execution in the same transaction (whose own version check guards it then). Calls are
+    created without a logged step, so a call none of whose steps the log holds yet is
+    unknown to the trace: a fence on it is taken at any version, and an execution none of
+    whose calls moved yet is not judged. A fence on an older call than the latest the
+    trace knows is refused."""
+    first, second = comp.machines
+    known = children.get((first, step.record_id), [])
+    if not known:
+        return None
+    latest = known[-1]
+    calls = {c for c, parent in parents.items() if parent == step.record_id}
+    assert step.txn is not None
+    if any(s.machine == second and s.record_id in calls for s in by_txn.get(step.txn, [])):
+        return None
+    for fence in (step.fence or "").split(","):
+        machine, _, rest = fence.partition(":")
+        record_id, _, fenced_version = rest.rpartition(":")
+        if machine != second or record_id not in calls:
+            continue
+        if record_id == latest and fenced_version == str(version.get((second, record_id))):
+            return None
+        if record_id not in known:
+            return None
+    expected = f"{second}:{latest}:{version.get((second, latest))}"
+    return (
+        f"{said}: committed under fence {step.fence!r}, not its latest {second} as the "
+        f"trace has it ({expected})"
+    )
 
 
 __all__ = ["LoggedStep", "check_trace"]

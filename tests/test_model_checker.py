@@ -120,6 +120,25 @@ def test_a_call_move_without_its_execution_fence_is_caught(unfenced: str) -> Non
     assert check_composition(shipped, MACHINES).ok
 
 
+def test_recovery_deciding_on_a_call_that_moves_before_its_commit_is_caught() -> None:
+    """Recovery reads the journal, then commits: a stalled owner that wakes in between (its
+    execution not yet moved, so its own fence passes) and dispatches the call. Without the
+    fence on the call, recovery requeues an execution whose call is in flight (the bug the
+    real-process simulator once found under load); the checker shows the interleaving."""
+    shipped = COMPOSITIONS["execution_with_tool_call"]
+    careless = shipped.model_copy(update={"recovery_fenced": ()})
+    report = check_composition(careless, MACHINES)
+    stale = [v for v in report.violations if v.invariant.startswith("recovery commits")]
+    assert {v.detail.split(",")[0] for v in stale} == {
+        "recovery commits execution.requeue",
+        "recovery commits execution.interrupt",
+    }, report.render()
+    assert all("moved it to 'dispatched'" in v.detail for v in stale)
+    assert all(v.trace[-1].endswith("tries tool_call.dispatch") for v in stale)
+    assert all("the owner stalls" in step for v in stale for step in v.trace[-2:-1])
+    assert check_composition(shipped, MACHINES).ok
+
+
 def test_a_ledger_entry_that_can_never_be_reported_is_caught() -> None:
     silent = OWED_REQUEST
     for event in ("report", "abandon", "abandon_on_crash"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,12 +13,12 @@ from typer.testing import CliRunner
 import machine.bindings as bindings
 from machine.engine import record_of
 from machine.recovery import Recovery
-from machine.write_path import Step
+from machine.write_path import Step, WritePath
 from server import cli
 from simulation.real_process import run_in_process
 from simulation.report import coverage_matrix, describe_violation
 from simulation.scenarios import CATALOG, by_name
-from simulation.sweep import sweep
+from simulation.sweep import run_plan, sweep
 from spec import CrashPoint, ExecutionStatus
 from tests.postgres import PostgresServer
 
@@ -36,9 +37,40 @@ def test_a_scenario_is_swept_at_every_point_it_reaches_without_violation() -> No
 
 
 def careless_recovery(self: Recovery, row: object) -> ExecutionStatus:
-    """A planted bug: recovery always requeues, even with a non-idempotent call in doubt."""
-    self.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}))  # type: ignore[arg-type]
+    """A planted bug: recovery always requeues, even with a non-idempotent call in doubt
+    (still fenced on the latest call, as the real one is, so only the rule is missing)."""
+    calls = self.store.executions.calls(row.id)  # type: ignore[attr-defined]
+    fence = record_of(calls[-1]) if calls else None
+    self.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}), fence=fence)  # type: ignore[arg-type]
     return ExecutionStatus.PENDING
+
+
+def mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.illegal_trace
+def test_recovery_committing_over_a_call_its_stalled_owner_dispatched_is_caught(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A planted bug: recovery's requeue drops its fence on the call it read. The scenario
+    that holds the stalled owner's dispatch between recovery's read and its commit finds
+    it on its crash-free run (the bug the real-process simulator once hit under load)."""
+    scenario = by_name("woken_before_recovery_commits")
+    assert run_plan(scenario, (), mkdir(tmp_path / "fenced")).violations == []
+    original = WritePath.apply
+
+    def unfenced(self: WritePath, *steps: Step, **given: Any) -> Any:
+        if any(s.event == "requeue" for s in steps):
+            given["fence"] = None
+        return original(self, *steps, **given)
+
+    monkeypatch.setattr(WritePath, "apply", unfenced)
+    unfenced_run = run_plan(scenario, (), mkdir(tmp_path / "unfenced"))
+    found = "\n".join(v.detail for v in unfenced_run.violations)
+    assert "requeue running->pending: committed under fence None" in found, found
+    assert "is dispatched but its execution is failed" in found, found
 
 
 def test_the_sweep_catches_a_disabled_recovery_rule(monkeypatch: pytest.MonkeyPatch) -> None:

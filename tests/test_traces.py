@@ -104,3 +104,33 @@ def test_a_version_that_skips_is_named() -> None:
     steps[1] = step(2, "execution", EX, "checkpoint", "running", "running", 5, "t2")
     found = problems(steps)
     assert any("version 5 after 1" in p for p in found), found
+
+
+def approved_then_requeued(fence: str | None) -> list[LoggedStep]:
+    """The owner approved its call and died; recovery requeues the execution."""
+    return [
+        *run_to_dispatch()[:3],
+        step(4, "execution", EX, "requeue", "running", "pending", 3, "t4", fence),
+    ]
+
+
+def test_a_recovery_decided_on_the_call_it_read_commits_fenced_on_that_call() -> None:
+    assert problems(approved_then_requeued("tool_call:e1:1:1")) == []
+    # Or moving the call in the same transaction (its own version check guards it).
+    together = [
+        *run_to_dispatch(),
+        step(5, "tool_call", CALL, "mark_in_doubt", "dispatched", "in_doubt", 3, "t5"),
+        step(6, "execution", EX, "interrupt", "running", "interrupted", 3, "t5"),
+    ]
+    assert problems(together) == []
+
+
+def test_a_recovery_commit_not_fenced_on_the_latest_call_is_named() -> None:
+    """The window the fence closes: a stalled owner could dispatch the call between
+    recovery's read and this commit, and nothing would refuse it."""
+    for fence in (None, "execution:e1:2", "tool_call:e1:1:0"):
+        found = problems(approved_then_requeued(fence))
+        assert any(
+            "requeue" in p and "not its latest tool_call" in p and "tool_call:e1:1:1" in p
+            for p in found
+        ), (fence, found)
