@@ -40,10 +40,15 @@ def refuse_undeclared(change: Change, edges: frozenset[tuple[str, str, str, str]
 
 class TransitionStore(Protocol):
     def commit(
-        self, changes: Sequence[Change], inserts: Sequence[Any] = (), fences: Sequence[Fence] = ()
+        self,
+        changes: Sequence[Change],
+        inserts: Sequence[Any] = (),
+        fences: Sequence[Fence] = (),
+        writes: Sequence[Any] = (),
     ) -> None:
-        """Insert the new rows and apply every change in one transaction, if every fence
-        still holds; or do nothing (raising `Conflict` or `IllegalTransition`)."""
+        """Insert the new rows, apply every change and make every store-level write (the SQL
+        store's `StoreWrite`s) in one transaction, if every fence still holds; or do nothing
+        (raising `Conflict`, `IllegalTransition` or the write's own refusal)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,16 @@ class MemoryStore:
             return [copy.deepcopy(r) for (m, _), r in self._rows.items() if m == machine]
 
     def commit(
-        self, changes: Sequence[Change], inserts: Sequence[Any] = (), fences: Sequence[Fence] = ()
+        self,
+        changes: Sequence[Change],
+        inserts: Sequence[Any] = (),
+        fences: Sequence[Fence] = (),
+        writes: Sequence[Any] = (),
     ) -> None:
+        if writes:
+            # Store-level writes are SQL statements (an approval link used up with its
+            # decision); the model-level tests that use this store never make one.
+            raise TypeError("the memory store carries no store-level writes")
         with self._lock:
             for fence in fences:
                 held = self._rows.get((fence.machine, fence.record_id))

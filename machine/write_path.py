@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, TypeVar
 
 from machine.bindings import BINDINGS, Facts
 from machine.faults import Faults
@@ -48,20 +48,6 @@ class Step:
         reserved = _RESERVED & set(self.data)
         if reserved:
             raise ValueError(f"{sorted(reserved)} change only through a transition")
-
-
-@runtime_checkable
-class CarriesWrites(Protocol):
-    """A store that also commits writes outside the lifecycles in a transition's own
-    transaction (the SQL store, whose writes are `machine.db.store.StoreWrite`s)."""
-
-    def commit(
-        self,
-        changes: Sequence[Change],
-        inserts: Sequence[Any] = (),
-        fences: Sequence[Fence] = (),
-        writes: Sequence[Any] = (),
-    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -174,14 +160,8 @@ class WritePath:
         points("before_commit")
         changes = tuple(change for _, change in decided)
         fences = (Fence(fence.machine, fence.id, fence.version),) if fence is not None else ()
-        if writes:
-            # Only a store that knows such writes can carry them; they pass the same crash
-            # points as the transitions they commit with.
-            if not isinstance(self.store, CarriesWrites):
-                raise TypeError("this store cannot commit writes with a transition")
-            self.store.commit(changes, inserts, fences, writes=writes)
-        else:
-            self.store.commit(changes, inserts, fences)
+        # The writes pass the same crash points as the transitions they commit with.
+        self.store.commit(changes, inserts, fences, writes=writes)
         for observe in self.observers:
             observe(changes)
         for step, change in zip(steps, changes, strict=True):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from sqlmodel import Session as SqlSession
 from sqlmodel import select
 
 import spec
@@ -21,6 +22,7 @@ from machine.faults import Faults, InjectedCrash
 from machine.machines import build_machines
 from machine.records import Record
 from machine.runtime import Runtime
+from machine.store import MemoryStore
 from machine.write_path import Applied, Step, WritePath
 from spec import CrashPoint
 from tests.spec_factories import without_transition
@@ -151,6 +153,61 @@ def test_a_fenced_write_conflicts_once_the_fence_moved(make_runtime: MakeRuntime
     assert owed_status(runtime, owed) == "owed"
     runtime.engine.write.apply(Step(owed, "lose"), fence=session)  # the current version
     assert owed_status(runtime, owed) == "lost"
+
+
+class RecordingWrite:
+    """A store-level write (as using up an approval link is): it notes the transaction it
+    ran in, and refuses when told to, as a used link does."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.ran_in_transaction: list[bool] = []
+
+    def write(self, session: SqlSession) -> None:
+        self.ran_in_transaction.append(session.in_transaction())
+        if self.refuse:
+            raise LookupError("this link was used already")
+
+
+def test_a_store_write_commits_in_its_transition_s_transaction_or_not_at_all(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    owed = runtime.sessions.owe(opened(runtime).id, 1, "tools/call", None)
+    refused = RecordingWrite(refuse=True)
+    with pytest.raises(LookupError):
+        runtime.engine.write.apply(Step(owed, "lose"), writes=[refused])
+    assert refused.ran_in_transaction == [True]
+    assert owed_status(runtime, owed) == "owed"  # the write's refusal rolled it back
+    used = RecordingWrite()
+    runtime.engine.write.apply(Step(owed, "lose"), writes=[used])
+    assert used.ran_in_transaction == [True]
+    assert owed_status(runtime, owed) == "lost"
+
+
+def test_a_store_write_is_not_made_when_the_transition_s_fence_moved(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    session = opened(runtime)
+    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    stale = Record(session.machine, session.id, session.status, session.version, {})
+    runtime.engine.write.apply(Step(session, "end_request"))
+    write = RecordingWrite(refuse=True)  # it would refuse if it ran: the fence goes first
+    with pytest.raises(Conflict):
+        runtime.engine.write.apply(Step(owed, "lose"), fence=stale, writes=[write])
+    assert write.ran_in_transaction == []
+    assert owed_status(runtime, owed) == "owed"
+
+
+def test_the_memory_store_refuses_a_store_write_with_a_clear_error() -> None:
+    store = MemoryStore()
+    store.insert(Record("session", "s", "active", 1, {}))
+    path = WritePath(store)
+    with pytest.raises(TypeError) as refused:
+        path.apply(Step(store.get("session", "s"), "end_request"), writes=[RecordingWrite()])
+    assert str(refused.value) == "the memory store carries no store-level writes"
+    assert store.get("session", "s").version == 1
 
 
 def test_the_default_clock_writes_utc_timestamps(make_runtime: MakeRuntime) -> None:
