@@ -1,0 +1,115 @@
+"""The approval API's JSON answers: the execution as an approver sees it, and refusals.
+
+Every refusal of the API is a JSON problem with a stable code (`problem`), whether a
+handler raised it as a `Refusal` or the engine raised a `LockgateError`; the headers in
+`NO_STORE` go with every approval answer, JSON or HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from machine.errors import ErrorCode, LockgateError
+from machine.views import ExecutionView
+from server.approval_tokens import TokenRefused
+
+#: Characters of the code shown on the page and in the API.
+CODE_EXCERPT_CHARS = 2000
+
+STATUS_OF: dict[ErrorCode, int] = {
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.EXPIRED: 410,
+    ErrorCode.ALREADY_SETTLED: 409,
+    ErrorCode.INTERRUPTED: 409,
+    ErrorCode.RUNTIME_MISMATCH: 409,
+    ErrorCode.INVALID_INPUT: 400,
+    ErrorCode.LIMIT_REACHED: 429,
+}
+#: A refused token: used or expired links are gone for good; an unknown (or foreign) one
+#: is simply not a credential for this execution.
+TOKEN_STATUS: dict[str, int] = {"used": 410, "expired": 410, "unknown": 403, "revoked": 403}
+
+TOKEN_HINT = (
+    "Approval links work once, for one tool call, until it expires. Ask the agent's client "
+    "for a new link, or use an API key."
+)
+
+#: Sent with every answer: nothing here may be cached, framed (clickjacking an Approve
+#: button) or leak the token-bearing URL through a Referer.
+NO_STORE = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+class Refusal(Exception):
+    """An HTTP refusal with a stable code, raised inside a handler and answered as JSON."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        hint: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.hint = status, code, message, hint
+        self.headers = headers or {}
+
+
+def token_refusal(exc: TokenRefused) -> Refusal:
+    """A refused approval token as the API answers it: one code per reason, one hint."""
+    return Refusal(
+        TOKEN_STATUS.get(exc.reason, 403), "token_" + exc.reason, exc.message, TOKEN_HINT
+    )
+
+
+def problem(
+    status: int,
+    code: str,
+    message: str,
+    hint: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"code": code, "message": message}}
+    if hint:
+        body["error"]["hint"] = hint
+    return JSONResponse(body, status_code=status, headers={**NO_STORE, **(headers or {})})
+
+
+def refused(exc: Refusal) -> JSONResponse:
+    return problem(exc.status, exc.code, exc.message, exc.hint, exc.headers)
+
+
+def from_error(exc: LockgateError) -> JSONResponse:
+    if isinstance(exc, TokenRefused):
+        return refused(token_refusal(exc))
+    return problem(STATUS_OF.get(exc.code, 400), str(exc.code), exc.message, exc.hint)
+
+
+def _excerpt(code: str) -> str:
+    if len(code) <= CODE_EXCERPT_CHARS:
+        return code
+    return code[:CODE_EXCERPT_CHARS] + f"\n… ({len(code) - CODE_EXCERPT_CHARS} more characters)"
+
+
+def public_view(view: ExecutionView, code: str) -> dict[str, Any]:
+    """The execution as the page and the API show it: no more of the code than an excerpt."""
+    pending = view.pending
+    return {
+        "executionId": view.id,
+        "status": str(view.status),
+        "requestedBy": view.principal_id,
+        "code": _excerpt(code),
+        "tool": f"tools.{pending.tool}" if pending else None,
+        "argsPreview": pending.arguments_preview if pending else None,
+        "expiresAt": pending.deadline.isoformat() if pending and pending.deadline else None,
+        "result": view.result,
+        "error": view.error,
+    }
