@@ -251,7 +251,8 @@ def run_server(
     host: str | None, port: int | None, *, extra_sources: Sequence[ToolSource] = ()
 ) -> None:
     """`serve`: with `extra_sources`, those tool sources are registered next to the notes
-    tools (a test launcher, tests/procs/canary_server.py, serves a leaking source this way)."""
+    tools (a test launcher, tests/support/procs/canary_server.py, serves a leaking source
+    this way)."""
     import logging
     import signal
     import sys

@@ -17,7 +17,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from machine.tools.notes import NotesSource
 from server.keys import ApiKeys
 from simulation.canary import TOKEN_SECRET as CANARY_TOKEN
 from simulation.invariants import CallLists, Violation, calls_made, check_all, history
+from simulation.ports import free_port
 from simulation.scenarios import Scenario, ScenarioFailed
 from simulation.sweep import RunResult
 from simulation.world import CANARY
@@ -64,13 +64,6 @@ class ProcessKilled(Exception):
         self.server = server
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def until(condition: Callable[[], bool], what: str, timeout: float = PATIENCE_SECS) -> None:
     """Poll `condition` until it holds (the deadline bounds a harness or server bug)."""
     deadline = time.monotonic() + timeout
@@ -85,7 +78,7 @@ class ServerProcess:
 
     def __init__(self, name: str, env: dict[str, str], log: IO[str]) -> None:
         self.name = name
-        self.port = _free_port()
+        self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "simulation.serve", "--port", str(self.port)],
             cwd=ROOT,

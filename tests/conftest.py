@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.postgres import PostgresServer, find_bin_dir
-
-CANARY = "canary-7f3a9c1e-secret-token"
-#: The approval-link signing key every server of a test on PostgreSQL shares, as every
-#: instance of a deployment must (on SQLite they use the key file next to the database).
-SIGNING_KEY = "tests-shared-approval-link-signing-key-5b1e"
+from tests.support.canary import CANARY, SIGNING_KEY
+from tests.support.postgres import PostgresServer, find_bin_dir
 
 
 @pytest.fixture(autouse=True)

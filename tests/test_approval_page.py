@@ -29,8 +29,8 @@ from machine.views import ExecutionView
 from server.app import create_app
 from server.approval_tokens import ApprovalTokens
 from server.keys import ApiKeys
-from tests.conftest import CANARY
-from tests.polling import wait_for as wait_until
+from tests.support.canary import CANARY
+from tests.support.polling import wait_for as wait_until
 
 PRINCIPAL = "alice"
 WRITE_NOTE = 'r = tools.notes.write(key="greeting", text="hello there")\n{"wrote": r}'

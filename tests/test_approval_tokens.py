@@ -47,7 +47,7 @@ from server.approval_tokens import (
 )
 from server.keys import ApiKeys
 from spec.crash_points import CrashPoint
-from tests.server_fixtures import listening, make_deployment, new_database_url
+from tests.support.servers import listening, make_deployment, new_database_url
 from tests.test_approval_page import (
     JSON,
     PRINCIPAL,

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import server.cli as cli
 from spec import EXECUTION, MACHINES
-from tests.spec_factories import with_states
+from tests.support.spec_factories import with_states
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ import pytest
 from spec import EXECUTION, OWED_REQUEST, TOOL_CALL, CrashPoint, crash_points
 from spec.crash_points import phases
 from spec.model import EffectTiming, ExternalEffect, TransitionSpec
-from tests.spec_factories import with_transitions
+from tests.support.spec_factories import with_transitions
 
 
 def test_every_durable_transition_has_before_and_after_commit_points() -> None:

@@ -22,12 +22,12 @@ from machine.runtime import Runtime
 from machine.secrets import EnvironmentSecrets, environment_variable
 from machine.settings import Settings
 from machine.tools.notes import TOKEN_SECRET, NotesSource
+from simulation.ports import free_port
 from spec import ExecutionStatus
-from tests.server_fixtures import (
+from tests.support.servers import (
     LOCKGATE,
     MODES,
     LockgateServer,
-    free_port,
     mcp_client,
     pause,
     run,

@@ -32,9 +32,9 @@ from machine.sandbox import Finished, Sandbox, SandboxLimits, SandboxStopped
 from machine.tools.notes import NotesSource
 from spec import ExecutionStatus as E
 from spec import ToolCallStatus as C
-from tests.gate_tool import Gate, GateSource
-from tests.polling import wait_for
-from tests.server_fixtures import (
+from tests.support.gate_tool import Gate, GateSource
+from tests.support.polling import wait_for
+from tests.support.servers import (
     Deployment,
     create_key_directly,
     mcp_client,
@@ -44,7 +44,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 MakeRuntime = Callable[..., Runtime]
 #: Nothing here waits this long unless the code under test is broken.
@@ -66,11 +66,7 @@ SECOND = 10_000_000
 
 def wait_running(sandbox: Sandbox) -> None:
     """Until a step is in flight in a sandbox worker (the code is running, not starting)."""
-    deadline = time.monotonic() + DEADLINE
-    while not sandbox.running():
-        if time.monotonic() > deadline:
-            pytest.fail("the code never started running in the sandbox")
-        time.sleep(0.001)
+    wait_for(sandbox.running, "the code to start running in the sandbox", DEADLINE, 0.001)
 
 
 def events(runtime: Runtime, execution_id: str) -> list[str]:

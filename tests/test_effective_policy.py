@@ -14,7 +14,7 @@ import pytest
 
 from machine.policy import Policy, PolicyDecision
 from machine.tools.notes import DELETE, LIST, READ, WRITE
-from tests.server_fixtures import (
+from tests.support.servers import (
     MODES,
     Deployment,
     mcp_client,
@@ -25,7 +25,7 @@ from tests.server_fixtures import (
     writes_of,
 )
 
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from machine.tools.notes import NotesSource
 from machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
 from simulation.world import SimClock
 from spec import CrashPoint, ExecutionStatus, ToolCallStatus
-from tests.conftest import CANARY
+from tests.support.canary import CANARY
 
 MakeRuntime = Callable[..., Runtime]
 

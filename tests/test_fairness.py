@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.server_fixtures import (
+from tests.support.servers import (
     MODERN,
     Deployment,
     LockgateServer,
@@ -34,7 +34,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 

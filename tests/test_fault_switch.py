@@ -19,7 +19,7 @@ from machine.faults import Faults
 from machine.runtime import Runtime
 from machine.settings import Settings
 from spec.crash_points import CrashPoint
-from tests.server_fixtures import make_deployment
+from tests.support.servers import make_deployment
 
 HEARTBEAT = "instance:heartbeat:live->live:before_commit"
 

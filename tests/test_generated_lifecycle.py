@@ -4,7 +4,7 @@
 event) of the driven lifecycles (execution, tool_call, instance, session, owed_request: the
 sessions and the ledger driven as the HTTP gate drives them, with the client's inbox), each
 calling that event's
-driver in `simulation.harness.DRIVERS`, plus `crash_and_restart` (a crash point of the spec
+driver in `tests.support.harness.DRIVERS`, plus `crash_and_restart` (a crash point of the spec
 armed around a client or operator action, the crashed instance booted again and recovering),
 `restart` (a graceful restart) and `advance_clock`. Adding an event to the spec adds a rule,
 and `test_every_spec_event_has_a_driver` fails until the event has a driver.
@@ -63,7 +63,11 @@ from machine.records import Record
 from machine.recovery import Recovery
 from machine.sessions import Sessions
 from machine.write_path import Applied, Step
-from simulation.harness import (
+from simulation.invariants import history
+from simulation.world import World
+from spec import MACHINES, CrashPoint, MachineSpec, TransitionSpec
+from spec import ExecutionStatus as E
+from tests.support.harness import (
     APPROVAL_TTL,
     DRIVERS,
     LIST_ONCE,
@@ -77,11 +81,7 @@ from simulation.harness import (
     missing_drivers,
     run_pausing,
 )
-from simulation.invariants import history
-from simulation.world import World
-from spec import MACHINES, CrashPoint, MachineSpec, TransitionSpec
-from spec import ExecutionStatus as E
-from tests.spec_factories import with_transitions, without_transition
+from tests.support.spec_factories import with_transitions, without_transition
 
 _COMMON: dict[str, Any] = {
     "deadline": None,
@@ -203,7 +203,7 @@ def _event_rule(
         if driver is None:
             raise MissingDriver(
                 f"the spec event {machine}.{name} has no driver: add one to DRIVERS in "
-                "simulation/harness.py"
+                "tests/support/harness.py"
             )
         self.step(driver, data)
 
@@ -251,7 +251,7 @@ def test_every_spec_event_has_a_driver() -> None:
     assert missing == [], (
         "these spec events have no driver: "
         + ", ".join(f"{m}.{e}" for m, e in missing)
-        + ". Add a driver for each to DRIVERS in simulation/harness.py: a function that does "
+        + ". Add a driver for each to DRIVERS in tests/support/harness.py: a function that does "
         "what a client or an operator would do to make the event happen."
     )
 
@@ -278,7 +278,7 @@ def test_a_spec_change_changes_the_rules() -> None:
 
     state = lifecycle_state_machine(planted)()
     try:
-        with pytest.raises(MissingDriver, match=r"execution\.snooze .*simulation/harness\.py"):
+        with pytest.raises(MissingDriver, match=r"execution\.snooze .*tests/support/harness\.py"):
             state.execution__snooze(data=None)  # type: ignore[attr-defined]
     finally:
         state.teardown()

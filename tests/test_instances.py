@@ -14,7 +14,7 @@ import pytest
 from machine.db.schema import Instance
 from machine.instances import InstanceLease
 from machine.runtime import Runtime
-from tests.session_helpers import FakeClock
+from tests.support.sessions import FakeClock
 
 MakeRuntime = Callable[..., Runtime]
 

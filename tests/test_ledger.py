@@ -32,7 +32,7 @@ from machine.sessions import request_key
 from server.session_gate import DrainSignal, SessionGate
 from spec import CrashPoint
 from spec import ExecutionStatus as E
-from tests.server_fixtures import (  # noqa: F401  (fixture: deployment)
+from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,
     deployment_fixture,
@@ -40,7 +40,7 @@ from tests.server_fixtures import (  # noqa: F401  (fixture: deployment)
     run,
     structured,
 )
-from tests.session_helpers import (
+from tests.support.sessions import (
     PROTOCOL,
     REQUEST_LOST,
     URL,
@@ -56,8 +56,8 @@ from tests.session_helpers import (
     relay,
     replace,
     serving,
-    sse_messages,
 )
+from tests.support.sse import sse_messages
 
 
 def compute(iterations: int) -> str:

@@ -24,14 +24,14 @@ from sqlmodel import select as sql_select
 from machine.db.connect import open_engine
 from machine.db.schema import TransitionLog
 from server import operations
-from tests.conftest import CANARY
-from tests.polling import wait_for
-from tests.server_fixtures import (
+from simulation.ports import free_port
+from tests.support.canary import CANARY
+from tests.support.polling import wait_for
+from tests.support.servers import (
     LOCKGATE,
     START_TIMEOUT,
     Deployment,
     LockgateServer,
-    free_port,
     mcp_client,
     pause,
     run,
@@ -39,7 +39,7 @@ from tests.server_fixtures import (
     unique_key,
 )
 
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 #: Heartbeats the server must have made before its log is judged (the deployment fixture
 #: beats every 0.2 s).

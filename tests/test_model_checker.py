@@ -8,7 +8,7 @@ import spec
 from spec import COMPOSITIONS, EXECUTION, MACHINES, OWED_REQUEST, TOOL_CALL, crash_points, load
 from spec.model import Otherwise, TransitionKind, TransitionSpec, recover_by
 from spec.model_checker import check_all, check_composition, check_machine
-from tests.spec_factories import with_states, with_transitions, without_transition
+from tests.support.spec_factories import with_states, with_transitions, without_transition
 
 
 def test_the_shipped_lifecycles_hold_every_invariant() -> None:

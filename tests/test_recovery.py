@@ -25,7 +25,7 @@ from machine.runtime import Runtime
 from machine.write_path import Step
 from spec import CrashPoint
 from spec import ExecutionStatus as E
-from tests.session_helpers import FakeClock
+from tests.support.sessions import FakeClock
 
 MakeRuntime = Callable[..., Runtime]
 

@@ -20,8 +20,9 @@ from machine.db.schema import OwedRequest
 from machine.runtime import Runtime
 from machine.sessions import MAX_REPORTS_PER_RESPONSE
 from server.session_gate import DrainSignal, SessionGate
-from tests.server_fixtures import run
-from tests.session_helpers import opened, owed_status, sse_messages
+from tests.support.servers import run
+from tests.support.sessions import opened, owed_status
+from tests.support.sse import sse_messages
 
 _ID = re.compile(r"^id: ([^\r\n]*)", re.MULTILINE)
 

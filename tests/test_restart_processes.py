@@ -1,6 +1,6 @@
 """The durable engine across REAL processes: started with subprocess, killed with SIGKILL.
 
-Each test drives `python -m tests.procs.engine_process` (configured through environment
+Each test drives `python -m tests.support.procs.engine_process` (configured through environment
 variables only, like a deployment) against one database, SQLite file and PostgreSQL alike,
 and checks the database, the processes' answers and the notes tool's on-disk effect log
 (`effects.jsonl`, written by the tool itself, so it counts effects that really happened).
@@ -32,13 +32,13 @@ from sqlmodel import Session, col, select
 from machine.db.connect import open_engine
 from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
 from machine.tools.notes import NotesSource
-from tests.polling import wait_for
-from tests.process_env import lockgate_env
+from tests.support.polling import wait_for
+from tests.support.process_env import lockgate_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = "tests.procs.engine_process"
+PROGRAM = "tests.support.procs.engine_process"
 #: Any one process must finish (or print its line) within this many seconds.
 PROCESS_TIMEOUT = 60.0
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from machine.sandbox import Finished, Sandbox, SandboxLimits
-from tests.polling import wait_for
-from tests.server_fixtures import (
+from tests.support.polling import wait_for
+from tests.support.servers import (
     MODES,
     create_key_directly,
     make_deployment,

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.server_fixtures import (
+from tests.support.servers import (
     ACCEPT,
     MODERN,
     RawMCP,
@@ -34,8 +34,9 @@ from tests.server_fixtures import (
     unique_key,
     write_code,
 )
+from tests.support.sse import sse_events
 
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 pytestmark = pytest.mark.slow
 
 #: Small enough that the body-limit tests are cheap, large enough for every honest request.
@@ -75,24 +76,6 @@ def http_fixture() -> Iterator[httpx2.Client]:
 
 
 # -- SSE on the wire -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    id: str | None
-    data: str
-
-
-def sse_events(text: str) -> list[SseEvent]:
-    events = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        fields: dict[str, list[str]] = {}
-        for line in block.split("\n"):
-            name, _, value = line.partition(":")
-            fields.setdefault(name, []).append(value.removeprefix(" "))
-        if "id" in fields or "data" in fields:
-            events.append(SseEvent(fields.get("id", [None])[-1], "\n".join(fields.get("data", []))))
-    return events
 
 
 def read_stream(

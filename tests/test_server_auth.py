@@ -9,7 +9,7 @@ import httpx2
 import pytest
 from mcp import MCPError
 
-from tests.server_fixtures import (
+from tests.support.servers import (
     MODES,
     Fleet,
     RawMCP,
@@ -24,7 +24,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 both_modes = pytest.mark.parametrize("mode", MODES)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.server_fixtures import (
+from tests.support.servers import (
     MODERN,
     MODES,
     RawMCP,
@@ -22,7 +22,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("mode", MODES)]
 

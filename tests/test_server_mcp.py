@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.polling import wait_for
-from tests.server_fixtures import (
+from tests.support.polling import wait_for
+from tests.support.servers import (
     MODES,
     SharedServer,
     mcp_client,
@@ -27,7 +27,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("mode", MODES)]
 

@@ -23,15 +23,15 @@ from machine.db.connect import open_engine
 from machine.db.schema import Instance, metadata
 from machine.secrets import REDACTED, environment_variable
 from simulation.canary import LEAKING_CODE, TOKEN_SECRET
-from tests.conftest import CANARY
-from tests.server_fixtures import (
+from simulation.ports import free_port
+from tests.support.canary import CANARY
+from tests.support.servers import (
     DATABASES,
     MODES,
     Deployment,
     LockgateServer,
     SharedServer,
     create_key_directly,
-    free_port,
     make_deployment,
     mcp_client,
     new_database_url,
@@ -42,7 +42,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 both_modes = pytest.mark.parametrize("mode", MODES)
@@ -101,11 +101,11 @@ def assert_clean_logs(server: LockgateServer) -> list[dict[str, Any]]:
 # exception: only the engine's scrubbing keeps it out of the answers, the logs and the rows.
 
 ROOT = Path(__file__).resolve().parents[1]
-CANARY_SERVER = "tests.procs.canary_server"
+CANARY_SERVER = "tests.support.procs.canary_server"
 
 
 def spawn_canary_server(deployment: Deployment, name: str) -> LockgateServer:
-    """`lockgate serve` (the same serve path, through tests/procs/canary_server.py) with the
+    """`lockgate serve` (the same serve path, through tests/support/procs/canary_server.py) with the
     canary source registered and its secret set; stopped with the deployment."""
     port = free_port()
     stdout_path = deployment.logs_dir / f"{name}.stdout"

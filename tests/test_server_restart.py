@@ -15,8 +15,8 @@ from sqlmodel import Session, col, select
 
 from machine.db.connect import open_engine
 from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
-from tests.polling import wait_for
-from tests.server_fixtures import (
+from tests.support.polling import wait_for
+from tests.support.servers import (
     MODES,
     Deployment,
     LockgateServer,
@@ -30,7 +30,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from machine.views import ExecutionView
 from server.runner import ExecutionRunner
 from server.shapes import Running
 from spec import CrashPoint, ExecutionStatus
-from tests.gate_tool import Gate, GateSource
+from tests.support.gate_tool import Gate, GateSource
 
 MakeRuntime = Callable[..., Runtime]
 

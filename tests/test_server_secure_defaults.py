@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.server_fixtures import (
+from tests.support.servers import (
     MODES,
     Deployment,
     listening,
@@ -17,7 +17,7 @@ from tests.server_fixtures import (
 )
 
 #: The fixtures (`shared`, `short`, `deployment`, ...) are registered once for the session.
-pytest_plugins = ["tests.server_fixtures"]
+pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
 

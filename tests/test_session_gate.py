@@ -25,8 +25,9 @@ from server.session_gate import (
     sse_event,
     stream_ready,
 )
-from tests.server_fixtures import run
-from tests.session_helpers import PROTOCOL, REQUEST_LOST, opened, session_status, sse_messages
+from tests.support.servers import run
+from tests.support.sessions import PROTOCOL, REQUEST_LOST, opened, session_status
+from tests.support.sse import sse_events, sse_messages
 
 MakeRuntime = Callable[..., Runtime]
 Message = dict[str, Any]
@@ -83,12 +84,8 @@ class Reply:
 
     def reports(self) -> list[Any]:
         """The -32010 reports in an SSE body (other events may not even be JSON)."""
-        found = []
-        for event in self.body.decode().split("\r\n\r\n"):
-            if REQUEST_LOST_MARK in event:
-                [line] = [x for x in event.split("\r\n") if x.startswith("data: ")]
-                found.append(json.loads(line[6:]))
-        return found
+        events = sse_events(self.body.decode())
+        return [json.loads(e.data) for e in events if REQUEST_LOST_MARK in e.data]
 
     @property
     def ended(self) -> bool:

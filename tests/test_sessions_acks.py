@@ -15,7 +15,7 @@ from machine.sessions import (
     acknowledged_reports,
     report_event_ids,
 )
-from tests.session_helpers import FakeClock, opened, owed_status
+from tests.support.sessions import FakeClock, opened, owed_status
 
 MakeRuntime = Callable[..., Runtime]
 

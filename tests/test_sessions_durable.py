@@ -5,7 +5,7 @@ it with real signals (SIGKILL from a crash point armed with LOCKGATE_CRASH_AT), 
 it with the real `mcp` client in legacy (2025) mode. (Raw-HTTP checks of the same session
 surviving a SIGKILL, 404/403/DELETE, live in test_ledger.py next to the report they share.)
 
-The client has one URL for its whole life: a loopback relay (tests/session_helpers.py)
+The client has one URL for its whole life: a loopback relay (tests/support/sessions.py)
 forwards it to whichever server is current and holds new connections while none is, as a
 load balancer in front of a restarting fleet would. The servers suggest a 200 ms SSE retry,
 so the client's reconnecting GET arrives at once; the relay makes it wait for the restarted
@@ -29,7 +29,7 @@ from sqlmodel import select
 from machine.db.schema import OwedRequest
 from machine.runtime import Runtime
 from spec import ExecutionStatus as E
-from tests.server_fixtures import (  # noqa: F401  (fixture: deployment)
+from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,
     deployment_fixture,
@@ -39,7 +39,7 @@ from tests.server_fixtures import (  # noqa: F401  (fixture: deployment)
     structured,
     writes_of,
 )
-from tests.session_helpers import (
+from tests.support.sessions import (
     PROTOCOL,
     URL,
     FakeClock,

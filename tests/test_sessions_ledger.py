@@ -24,8 +24,8 @@ from machine.sessions import REQUEST_LOST, request_key
 from server.durable_sessions import DurableSessionManager, restored_params
 from server.session_gate import SessionGate
 from spec import CrashPoint
-from tests.server_fixtures import run
-from tests.session_helpers import (
+from tests.support.servers import run
+from tests.support.sessions import (
     PROTOCOL,
     URL,
     FakeClock,
@@ -37,8 +37,8 @@ from tests.session_helpers import (
     raw_initialize,
     serving,
     session_status,
-    sse_messages,
 )
+from tests.support.sse import sse_messages
 
 MakeRuntime = Callable[..., Runtime]
 

@@ -20,7 +20,7 @@ from simulation.report import coverage_matrix, describe_violation
 from simulation.scenarios import CATALOG, by_name
 from simulation.sweep import run_plan, sweep
 from spec import CrashPoint, ExecutionStatus
-from tests.postgres import PostgresServer
+from tests.support.postgres import PostgresServer
 
 runner = CliRunner()
 

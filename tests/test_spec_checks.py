@@ -17,7 +17,7 @@ from spec.model import (
     TransitionSpec,
     durable_wait,
 )
-from tests.spec_factories import with_states, with_transitions, without_transition
+from tests.support.spec_factories import with_states, with_transitions, without_transition
 
 
 def rules(machine: MachineSpec) -> set[Rule]:

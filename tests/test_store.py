@@ -159,7 +159,7 @@ def test_recovery_reads_live_executions_through_the_live_index(tmp_path: Path) -
 def test_postgres_is_never_migrated_behind_the_operators_back(
     postgres_server: object, request: pytest.FixtureRequest
 ) -> None:
-    from tests.postgres import PostgresServer
+    from tests.support.postgres import PostgresServer
 
     assert isinstance(postgres_server, PostgresServer)
     url = postgres_server.url(postgres_server.create_database())

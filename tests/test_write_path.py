@@ -25,7 +25,7 @@ from machine.runtime import Runtime
 from machine.store import MemoryStore
 from machine.write_path import Applied, Step, WritePath
 from spec import CrashPoint
-from tests.spec_factories import without_transition
+from tests.support.spec_factories import without_transition
 
 MakeRuntime = Callable[..., Runtime]
 

@@ -44,7 +44,8 @@ from server.app import WhenReady, create_app
 from server.auth import BearerAuth
 from server.keys import ApiKeys
 from server.session_gate import SessionGate
-from tests.server_fixtures import Deployment, LockgateServer
+from tests.support.servers import Deployment, LockgateServer
+from tests.support.sse import sse_messages
 
 #: The 2025 protocol version the raw requests speak (the SDK client negotiates the same).
 PROTOCOL = "2025-11-25"
@@ -256,19 +257,6 @@ def headers(key: str, session_id: str | None = None, **extra: str) -> dict[str, 
     if session_id is not None:
         sent["Mcp-Session-Id"] = session_id
     return sent
-
-
-def sse_messages(body: bytes) -> list[Any]:
-    """The JSON-RPC messages in an SSE body (events without data, such as the priming
-    event, are skipped)."""
-    found = []
-    for event in body.decode().replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(
-            line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")
-        )
-        if data:
-            found.append(json.loads(data))
-    return found
 
 
 async def raw_initialize(http: httpx2.AsyncClient, url: str, key: str) -> str:

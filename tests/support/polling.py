@@ -11,8 +11,11 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], what: str, timeout: float = 20.0) -> T:
-    """Poll `condition` until it returns something truthy; fail naming `what` at the deadline."""
+def wait_for(
+    condition: Callable[[], T], what: str, timeout: float = 20.0, interval: float = 0.05
+) -> T:
+    """Poll `condition` every `interval` seconds until it returns something truthy; fail
+    naming `what` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -20,4 +23,4 @@ def wait_for(condition: Callable[[], T], what: str, timeout: float = 20.0) -> T:
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval)

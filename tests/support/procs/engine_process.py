@@ -1,6 +1,6 @@
 """One Lockgate engine process, for tests that start real processes and SIGKILL them.
 
-    python -m tests.procs.engine_process [--principal P] <command> [args]
+    python -m tests.support.procs.engine_process [--principal P] <command> [args]
 
 Configured only through the environment, like a deployed instance: `DATABASE_URL`,
 `LOCKGATE_NOTES_DIR`, `LOCKGATE_SECRET_NOTES_TOKEN`, `LOCKGATE_INSTANCE_NAME`,
@@ -98,7 +98,7 @@ def pass_gate(directory: str, timeout: float = 60.0) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.procs.engine_process")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.procs.engine_process")
     parser.add_argument("--principal", default="alice")
     commands = parser.add_subparsers(dest="command", required=True)
     execute = commands.add_parser("execute")

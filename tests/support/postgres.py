@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,6 +18,8 @@ import uuid
 from pathlib import Path
 
 import psycopg
+
+from simulation.ports import free_port
 
 
 def find_bin_dir() -> Path | None:
@@ -30,19 +31,12 @@ def find_bin_dir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class PostgresServer:
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = bin_dir
         self.root = Path(tempfile.mkdtemp(prefix="lockgate-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_postgres = os.geteuid() == 0  # initdb refuses to run as root
 
     def _run(self, *args: str) -> None:

@@ -13,7 +13,7 @@ Fixtures: `shared` is one server per database kind for the whole session (the fa
 share it, each with its own executions and note keys), `short` a second one with a 0.2 s
 wait budget and a 1 s approval TTL (both come from `fleet`, which starts them side by
 side); `deployment` is a fresh database per test for the tests that start, kill and restart
-their own servers. Test modules load them with `pytest_plugins = ["tests.server_fixtures"]`, so
+their own servers. Test modules load them with `pytest_plugins = ["tests.support.servers"]`, so
 each is defined once for the session (a session fixture imported into several modules would
 be several fixtures, each starting its own servers). They also import helpers from here
 before pytest registers the plugin, hence PYTEST_DONT_REWRITE: the asserts in this module
@@ -43,7 +43,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from machine.tools.notes import NotesSource
-from tests.process_env import lockgate_env
+from simulation.ports import free_port
+from tests.support.process_env import lockgate_env
 
 #: The console script installed next to the interpreter running the tests (.venv/bin).
 LOCKGATE = Path(sys.executable).with_name("lockgate")
@@ -55,13 +56,6 @@ START_TIMEOUT = 60.0
 KEY_PATTERN = re.compile(r"\blg_[A-Za-z0-9_-]{20,}")
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -302,7 +296,7 @@ class Deployment:
 def new_database_url(request: pytest.FixtureRequest, kind: str, directory: Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{directory / 'lockgate.db'}"
-    from tests.postgres import PostgresServer
+    from tests.support.postgres import PostgresServer
 
     server: PostgresServer = request.getfixturevalue("postgres_server")
     template: str = request.getfixturevalue("postgres_template")

@@ -1,7 +1,7 @@
 """`lockgate serve` with the leaking canary tools: `simulation.serve`, under the name the
 tests start it by.
 
-    python -m tests.procs.canary_server [--host H] [--port P]
+    python -m tests.support.procs.canary_server [--host H] [--port P]
 """
 
 from __future__ import annotations

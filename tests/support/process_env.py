@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.conftest import CANARY, SIGNING_KEY
+from tests.support.canary import CANARY, SIGNING_KEY
 
 
 def lockgate_env(database_url: str, notes_dir: Path, **settings: str) -> dict[str, str]:

@@ -1,1 +1,0 @@
-"""Programs the real-process tests start (`python -m tests.procs.<name>`)."""

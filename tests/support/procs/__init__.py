@@ -1,0 +1,1 @@
+"""Programs the real-process tests start (`python -m tests.support.procs.<name>`)."""
