@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import overload
 
 from pydantic import JsonValue
 
 from machine.db.schema import Execution, ToolCall
 from machine.db.store import SqlStore
 from machine.policy import Policy, PolicyDecision
-from machine.records import Record
+from machine.records import RowRecord
 from machine.sandbox import (
     MONTY_VERSION,
     Raised,
@@ -60,14 +61,24 @@ class Action(StrEnum):
     CANCEL = "cancel"
 
 
-def record_of(row: Execution | ToolCall) -> Record:
-    machine = "execution" if isinstance(row, Execution) else "tool_call"
-    return Record(machine, row.id, row.status, row.version, row.model_dump())
+#: An execution and a journal row as the write path moves them, with their typed rows.
+ExecutionRecord = RowRecord[Execution]
+CallRecord = RowRecord[ToolCall]
 
 
-def principal_of(ex: Record) -> str:
+@overload
+def record_of(row: Execution) -> ExecutionRecord: ...
+@overload
+def record_of(row: ToolCall) -> CallRecord: ...
+def record_of(row: Execution | ToolCall) -> ExecutionRecord | CallRecord:
+    if isinstance(row, Execution):
+        return RowRecord.of("execution", row)
+    return RowRecord.of("tool_call", row)
+
+
+def principal_of(ex: ExecutionRecord) -> str:
     """The principal an execution runs for: its sandbox steps are shared out by it."""
-    return str(ex.fields["principal_id"])
+    return ex.typed.principal_id
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ class Dispatcher:
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
 
-    def call(self, ex: Record, suspended: Suspended, seq: int) -> SandboxStep | None:
+    def call(self, ex: ExecutionRecord, suspended: Suspended, seq: int) -> SandboxStep | None:
         request = suspended.request
         call_id = make_idempotency_key(ex.id, seq)
         try:
@@ -150,10 +161,10 @@ class Dispatcher:
             Step(
                 ex,
                 "checkpoint",
-                {"snapshot": suspended.snapshot if checkpoint else ex.fields.get("snapshot")},
+                {"snapshot": suspended.snapshot if checkpoint else ex.typed.snapshot},
                 data={
                     "calls_made": seq,
-                    "logs": ex.fields.get("logs", ""),
+                    "logs": ex.typed.logs,
                     **(
                         {"snapshot_call": seq, "runtime_version": MONTY_VERSION}
                         if checkpoint
@@ -165,10 +176,10 @@ class Dispatcher:
         )
         return self.advance(ex, record_of(row), suspended.snapshot)
 
-    def advance(self, ex: Record, call: Record, snapshot: bytes) -> SandboxStep | None:
+    def advance(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> SandboxStep | None:
         """Carry one journal row forward from whatever status it is in; returns the next
         sandbox step, or None when the execution paused."""
-        tool_name = str(call.fields["tool"])
+        tool_name = call.typed.tool
         while True:
             status = call.status
             if status == C.REQUESTED:
@@ -191,7 +202,9 @@ class Dispatcher:
             else:
                 return self.resume_sandbox(ex, snapshot, self._settled_outcome(call))
 
-    def resume_sandbox(self, ex: Record, snapshot: bytes, outcome: ToolOutcome) -> SandboxStep:
+    def resume_sandbox(
+        self, ex: ExecutionRecord, snapshot: bytes, outcome: ToolOutcome
+    ) -> SandboxStep:
         self.go_on()
         return self.sandbox.resume(snapshot, outcome, principal=principal_of(ex))
 
@@ -200,10 +213,10 @@ class Dispatcher:
         if self.handing_back.is_set():
             raise HandBack()
 
-    def _settled_outcome(self, call: Record) -> ToolOutcome:
-        tool = f"tools.{call.fields['tool']}"
+    def _settled_outcome(self, call: CallRecord) -> ToolOutcome:
+        tool = f"tools.{call.typed.tool}"
         status = call.status
-        result = call.fields.get("result")
+        result = call.typed.result
         if status == C.SUCCEEDED and isinstance(result, dict):
             return Returned(result.get("value"))
         if status == C.FAILED and isinstance(result, dict):
@@ -211,33 +224,33 @@ class Dispatcher:
         if status == C.BLOCKED:
             return Raised(REFUSED, f"{tool} is blocked by the server's policy")
         if status == C.DECLINED:
-            decision = call.fields.get("decision")
+            decision = call.typed.decision
             action = decision.get("action") if isinstance(decision, dict) else "decline"
             verb = "cancelled" if action == Action.CANCEL else "declined"
             return Raised(REFUSED, f"the call to {tool} was {verb} by the approver")
         raise RuntimeError(f"call {call.id} cannot be resumed from {status!r}")
 
-    def _pause(self, ex: Record, call: Record, snapshot: bytes) -> None:
+    def _pause(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> None:
         deadline = self.clock() + self.settings.approval_ttl
         self.write.apply(
-            Step(call, "request_approval", {"arguments_preview": call.fields["arguments_preview"]}),
+            Step(call, "request_approval", {"arguments_preview": call.typed.arguments_preview}),
             Step(
                 ex,
                 "pause",
                 {"snapshot": snapshot, "deadline": deadline},
                 data={
-                    "snapshot_call": int(str(call.fields["seq"])),
+                    "snapshot_call": call.typed.seq,
                     "runtime_version": MONTY_VERSION,
-                    "logs": ex.fields.get("logs", ""),
+                    "logs": ex.typed.logs,
                 },
             ),
         )
 
-    def _dispatch(self, ex: Record, call: Record) -> ToolOutcome:
-        tool = self.registry.get(str(call.fields["tool"]))
-        arguments = call.fields.get("arguments")
+    def _dispatch(self, ex: ExecutionRecord, call: CallRecord) -> ToolOutcome:
+        tool = self.registry.get(call.typed.tool)
+        arguments = call.typed.arguments
         event = "dispatch" if call.status == C.APPROVED else "redispatch"
-        attempts = int(str(call.fields.get("attempts") or 0)) + 1
+        attempts = call.typed.attempts + 1
         applied = self.write.apply(
             Step(call, event, data={"attempts": attempts}),
             effect=lambda: self._invoke(
@@ -254,7 +267,7 @@ class Dispatcher:
         return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
 
     def _invoke(
-        self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: Record
+        self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: ExecutionRecord
     ) -> _Dispatched:
         """Run the tool with its secrets resolved now; nothing it returns or raises is kept
         before every secret value is scrubbed from it."""
@@ -266,7 +279,7 @@ class Dispatcher:
         context = ToolContext(
             idempotency_key=call_id,
             secrets=secrets,
-            principal_id=str(ex.fields["principal_id"]),
+            principal_id=ex.typed.principal_id,
         )
         try:
             value = tool.call(arguments, context)

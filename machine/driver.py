@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from machine.db.store import SqlStore
-from machine.dispatcher import Dispatcher, HandBack, principal_of, record_of
+from machine.dispatcher import Dispatcher, ExecutionRecord, HandBack, principal_of, record_of
 from machine.errors import Conflict, GuardRefused
-from machine.records import Record
 from machine.sandbox import (
     Failed,
     Finished,
@@ -89,19 +88,18 @@ class Driver:
         ids = self.store.executions.pending_ids(limit)
         return sum(1 for execution_id in ids if self.run(execution_id))
 
-    def first_step(self, ex: Record) -> tuple[SandboxStep | None, int]:
-        snapshot = ex.fields.get("snapshot")
-        at = ex.fields.get("snapshot_call")
-        if isinstance(snapshot, bytes) and isinstance(at, int):
+    def first_step(self, ex: ExecutionRecord) -> tuple[SandboxStep | None, int]:
+        snapshot, at = ex.typed.snapshot, ex.typed.snapshot_call
+        if snapshot is not None and at is not None:
             # Requeued after a crash: go on from the last checkpoint, replaying the journal.
             call = self.store.tool_calls.get(make_idempotency_key(ex.id, at))
             if call is None:
                 raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
             return self.dispatcher.advance(ex, record_of(call), snapshot), at
         self.dispatcher.go_on()
-        return self.sandbox.start(str(ex.fields["code"]), principal=principal_of(ex)), 0
+        return self.sandbox.start(ex.typed.code, principal=principal_of(ex)), 0
 
-    def drive(self, ex: Record, first: FirstStep) -> None:
+    def drive(self, ex: ExecutionRecord, first: FirstStep) -> None:
         """Drive the execution, failing it (not the server) on an unexpected error."""
         with self._driven:
             self._driving += 1
@@ -132,7 +130,7 @@ class Driver:
                 self._driven.wait(left)
         return True
 
-    def _hand_back(self, ex: Record) -> None:
+    def _hand_back(self, ex: ExecutionRecord) -> None:
         """Back to the queue from the last checkpoint, released by this owner. Nothing the
         step did since the checkpoint is stored (its logs are produced again by the rerun)."""
         if ex.status != E.RUNNING:
@@ -150,7 +148,7 @@ class Driver:
             return
         log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
 
-    def _drive_or_hand_back(self, ex: Record, first: FirstStep) -> None:
+    def _drive_or_hand_back(self, ex: ExecutionRecord, first: FirstStep) -> None:
         try:
             step, cursor = first()
             self._drive(ex, step, cursor)
@@ -166,7 +164,7 @@ class Driver:
             log.exception("execution %s failed unexpectedly", ex.id)
             self._fail_internally(ex, exc)
 
-    def _fail_internally(self, ex: Record, exc: Exception) -> None:
+    def _fail_internally(self, ex: ExecutionRecord, exc: Exception) -> None:
         current = self.store.executions.get(ex.id)
         if current is None or current.status != E.RUNNING or current.owner != self.owner:
             return
@@ -183,11 +181,11 @@ class Driver:
         with contextlib.suppress(Conflict, GuardRefused):
             self.write.apply(Step(record, "fail", {"outcome": {"error": error}}))
 
-    def _logs(self, ex: Record, new: str) -> str:
-        joined = str(ex.fields.get("logs") or "") + new
+    def _logs(self, ex: ExecutionRecord, new: str) -> str:
+        joined = (ex.typed.logs or "") + new
         return limit_text(joined, self.settings.max_log_chars)
 
-    def _drive(self, ex: Record, step: SandboxStep | None, cursor: int) -> None:
+    def _drive(self, ex: ExecutionRecord, step: SandboxStep | None, cursor: int) -> None:
         while step is not None:
             logs = self._logs(ex, step.logs)
             if isinstance(step, Finished):
@@ -202,6 +200,6 @@ class Driver:
                     Step(ex, "fail", {"outcome": {"error": error}}, data={"logs": logs})
                 )
                 return
-            ex.fields["logs"] = logs
+            ex.typed.logs = logs  # carried into the next checkpoint's commit
             cursor += 1
             step = self.dispatcher.call(ex, step, cursor)

@@ -26,7 +26,7 @@ from pydantic import JsonValue
 
 from machine.db.schema import Execution
 from machine.db.store import SqlStore, StoreWrite
-from machine.dispatcher import Action, Dispatcher, record_of
+from machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
 from machine.driver import Driver
 from machine.errors import Conflict, GuardRefused, IllegalTransition
 from machine.execution_errors import (
@@ -37,7 +37,6 @@ from machine.execution_errors import (
 )
 from machine.execution_reads import ExecutionReads
 from machine.policy import Policy
-from machine.records import Record
 from machine.sandbox import MONTY_VERSION, RuntimeMismatch, Sandbox, ToolRequest, sealed_version
 from machine.secrets import SecretStore
 from machine.settings import Settings
@@ -160,7 +159,7 @@ class Engine:
         code: str,
         session_id: str | None = None,
         origin_request: str | None = None,
-    ) -> Record:
+    ) -> ExecutionRecord:
         """Store a new execution claimed by this instance in the same transaction (no other
         instance can take it in between). `carry_on` runs it. `origin_request` names the
         request that started it, so a lost answer can say what became of it."""
@@ -169,7 +168,7 @@ class Engine:
         self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
         return ex
 
-    def carry_on(self, ex: Record) -> ExecutionView:
+    def carry_on(self, ex: ExecutionRecord) -> ExecutionView:
         """Run a claimed execution until it finishes or pauses."""
         self.driver.drive(ex, lambda: self.driver.first_step(ex))
         return self.view(ex.id)

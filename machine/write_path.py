@@ -165,9 +165,7 @@ class WritePath:
         for observe in self.observers:
             observe(changes)
         for step, change in zip(steps, changes, strict=True):
-            step.record.status = change.dest
-            step.record.version += 1
-            step.record.fields.update(change.updates)
+            step.record.absorb(change)
         points("after_commit")
         if timing is EffectTiming.AFTER_COMMIT and effect is not None:
             result = effect()

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from machine.dispatcher import ExecutionRecord
 from machine.engine import Action
 from machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
 )
-from machine.records import Change, Record
+from machine.records import Change
 from machine.runtime import Runtime
 from machine.sessions import request_key
 from machine.views import ExecutionView
@@ -272,7 +273,7 @@ SPIN_CODE = spin_code(SPIN_ITERATIONS)
 _SPIN_PATIENCE_SECS = 30.0
 
 
-def drain_mid_run(runtime: Runtime, ex: Record) -> None:
+def drain_mid_run(runtime: Runtime, ex: ExecutionRecord) -> None:
     """SIGTERM while the code of `ex` (claimed by `runtime`, e.g. SPIN_CODE) runs past its
     first call: carry it on in a thread of its own (as the HTTP runner does), wait until the
     call succeeded and the code after it runs in the sandbox, then drain. An injected crash

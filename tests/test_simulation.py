@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import machine.bindings as bindings
+from machine.db.schema import Execution
 from machine.engine import record_of
 from machine.recovery import Recovery
 from machine.write_path import Step, WritePath
@@ -36,12 +37,12 @@ def test_a_scenario_is_swept_at_every_point_it_reaches_without_violation() -> No
     assert "declare_dead" in coverage_matrix(report)
 
 
-def careless_recovery(self: Recovery, row: object) -> ExecutionStatus:
+def careless_recovery(self: Recovery, row: Execution) -> ExecutionStatus:
     """A planted bug: recovery always requeues, even with a non-idempotent call in doubt
     (still fenced on the latest call, as the real one is, so only the rule is missing)."""
-    calls = self.store.executions.calls(row.id)  # type: ignore[attr-defined]
+    calls = self.store.executions.calls(row.id)
     fence = record_of(calls[-1]) if calls else None
-    self.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}), fence=fence)  # type: ignore[arg-type]
+    self.write.apply(Step(record_of(row), "requeue", {"unsafe_in_doubt": False}), fence=fence)
     return ExecutionStatus.PENDING
 
 
