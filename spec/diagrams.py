@@ -1,913 +1,116 @@
-"""Lifecycle diagrams generated from the spec, deterministically.
+"""Lifecycle diagrams generated from the spec, deterministically: the folder as a whole.
 
-Every file under `diagrams/` comes from here and nowhere else: a Graphviz DOT file, its SVG
-and a Mermaid `stateDiagram-v2` per machine, one legend (`legend.dot` and its SVG) for them
-all, and a README that shows the legend, embeds the Mermaid diagrams and tabulates every
-state, transition and crash point. `write` regenerates them (the `lockgate diagrams`
-command), `drift` says how the committed files differ from what the spec generates now (the
-CI check).
+Every file under `diagrams/` comes from the spec through this module and nowhere else: a
+Graphviz DOT file, its SVG and a Mermaid `stateDiagram-v2` per machine, one legend
+(`legend.dot` and its SVG) for them all, and a README that shows the legend, embeds the
+Mermaid diagrams and tabulates every state, transition and crash point. `write` regenerates
+them (the `lockgate diagrams` command), `drift` says how the committed files differ from what
+the spec generates now (the CI check).
 
 Determinism: everything is built by hand from the spec in declaration order, with no
 timestamps, versions or dictionary-order accidents, so the same spec gives the same bytes.
 
-What a diagram draws, beyond states and edges (each rule stated once, in the README's "How to
-read the diagrams" and the legend image, never repeated per diagram):
+The drawing is done by modules with one job each, whose public names are re-exported here so
+that callers need only this one:
 
-- a transition declared from several source states is drawn once: an unlabelled line from
-  each source into a small junction (a diamond; a Mermaid `<<choice>>` state), and one
-  labelled arrow from it to the destination;
-- an edge is labelled with its crash points only when they differ from the `bc ac` of every
-  ordinary durable write (`crash_label`): an edge with an external effect, where the point
-  after the effect is what recovery is about, or one not written durably. The README's
-  per-machine table lists every crash point, creation points included.
-
-The SVG is the exception to exact comparison. Its layout (coordinates, text widths, the
-version comment) depends on the Graphviz release and the fonts of the machine that ran `dot`,
-so two developers with different Graphviz versions would fight over it if CI compared it
-byte for byte, and CI would need Graphviz just to check drift. Instead every SVG carries the
-SHA-256 of the DOT source it was rendered from in an XML comment near its top: the DOT file is
-compared exactly, and the SVG is checked to exist and to have been rendered from that very
-DOT text. `drift` therefore never runs `dot`; only `write` (and `render_svg`) needs Graphviz.
+- `spec.diagram_style`: the symbols, colours and wording every drawing shares, and the rules
+  of what an edge is labelled with (`crash_label`) and how a transition from several states
+  is drawn (`merge_id`);
+- `spec.diagram_dot`: the Graphviz drawing of one machine;
+- `spec.diagram_mermaid`: the Mermaid drawing of one machine;
+- `spec.diagram_legend`: the one legend, as a drawing and as the README's key;
+- `spec.diagram_svg`: rendering DOT to SVG with Graphviz, and why an SVG is checked by the
+  hash of its DOT source rather than byte for byte;
+- `spec.diagram_readme`, `spec.diagram_lifecycle`, `spec.diagram_composition` and
+  `spec.diagram_markdown`: the README, a machine's section, a composition's section, and the
+  Markdown they are written in.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import re
-import shutil
-import subprocess
-import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from spec import COMPOSITIONS, MACHINES
-from spec.crash_points import CrashPoint, creation_points, every_crash_point, phases
-from spec.model import (
-    Composition,
-    MachineSpec,
-    Otherwise,
-    Phase,
-    StateSpec,
-    TransitionKind,
-    TransitionSpec,
+from spec.diagram_dot import edge_label_lines, render_dot
+from spec.diagram_legend import CRASH_LABEL_RULE, LEGEND, render_legend_dot
+from spec.diagram_mermaid import mermaid_label, render_mermaid
+from spec.diagram_readme import README_MARKER, render_readme
+from spec.diagram_style import (
+    APPROVAL,
+    COLORS,
+    COMMAND,
+    CRASH,
+    EXTERNAL,
+    LEGEND_NAME,
+    MERGE,
+    ORDINARY_PHASES,
+    PHASE_ABBREVIATIONS,
+    RECOVERY,
+    crash_label,
+    crash_marker,
+    crash_points_notable,
+    crash_summary,
+    guard_text,
+    merge_id,
+    state_kind,
+    state_kinds,
+    timing_text,
 )
+from spec.diagram_svg import GraphvizMissing, dot_digest, render_svg, svg_stamp
+from spec.model import Composition, MachineSpec
 
-#: The command that regenerates this folder; every drift message names it.
-COMMAND = "lockgate diagrams"
+__all__ = [
+    "APPROVAL",
+    "COLORS",
+    "COMMAND",
+    "CRASH",
+    "CRASH_LABEL_RULE",
+    "DEFAULT_DIR",
+    "EXTERNAL",
+    "FIX",
+    "GENERATED_SUFFIXES",
+    "LEGEND",
+    "LEGEND_NAME",
+    "MERGE",
+    "ORDINARY_PHASES",
+    "PHASE_ABBREVIATIONS",
+    "README_MARKER",
+    "RECOVERY",
+    "GraphvizMissing",
+    "crash_label",
+    "crash_marker",
+    "crash_points_notable",
+    "crash_summary",
+    "dot_digest",
+    "drift",
+    "edge_label_lines",
+    "generate",
+    "guard_text",
+    "merge_id",
+    "mermaid_label",
+    "render_dot",
+    "render_legend_dot",
+    "render_mermaid",
+    "render_readme",
+    "render_svg",
+    "state_kind",
+    "state_kinds",
+    "svg_stamp",
+    "timing_text",
+    "write",
+]
+
+#: What every drift message tells the reader to do.
 FIX = f"run `{COMMAND}` to regenerate"
 
 #: Where the generated files live in the repository.
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "diagrams"
 
-#: The first line of the generated README; `write` only prunes a folder that starts so.
-README_MARKER = "<!-- Generated by `lockgate diagrams` from spec/. Never edit by hand. -->"
-
 #: Suffixes of the files this module generates (`write` may prune stale ones of these).
 GENERATED_SUFFIXES = frozenset({".dot", ".svg", ".mmd", ".md"})
-
-#: The name of the legend's files (`legend.dot`, `legend.svg`); no machine may take it.
-LEGEND_NAME = "legend"
-
-_SVG_STAMP = re.compile(rb"<!-- lockgate-dot-sha256: ([0-9a-f]{64}) -->")
-
-# Symbols shared by the DOT and Mermaid labels (each is a Unicode emoji, safe in Mermaid).
-RECOVERY = "\u26a1"  # ⚡ an edge fired only by recovery
-CRASH = "\u2716"  # ✖ the crash points of an edge
-EXTERNAL = "\u2197"  # ↗ an external effect (a call to the world outside the database)
-APPROVAL = "\u2714"  # ✔ the edge uses up a person's decision
-MERGE = "\u25c6"  # ◆ (README and legend only) where one transition's edges from several states meet
-
-PHASE_ABBREVIATIONS: Mapping[Phase, str] = {
-    "before_commit": "bc",
-    "after_commit": "ac",
-    "after_effect": "ae",
-}
-
-#: The crash phases of every ordinary durable write. An edge with exactly these is drawn with
-#: no crash label: saying `bc ac` on every edge says nothing.
-ORDINARY_PHASES: tuple[Phase, ...] = ("before_commit", "after_commit")
-
-
-# --------------------------------------------------------------------------------------------
-# Shared vocabulary
-# --------------------------------------------------------------------------------------------
-
-COLORS: Mapping[str, str] = {
-    "owned_fill": "#fde2c4",
-    "owned_line": "#c2410c",
-    "wait_fill": "#dbeafe",
-    "wait_line": "#1d4ed8",
-    "terminal_fill": "#e5e7eb",
-    "terminal_line": "#374151",
-    "normal": "#1f2937",
-    "recovery": "#dc2626",
-    "approval": "#15803d",
-    "text": "#111827",
-}
-
-
-def state_kind(state: StateSpec) -> str:
-    """`terminal`, `owned` or `durable wait` (every non-terminal state is one of the last two)."""
-    if state.terminal:
-        return "terminal"
-    if state.owned:
-        return "owned"
-    return "durable wait"
-
-
-def state_kinds(state: StateSpec) -> str:
-    """The kind as the README's table shows it, `initial` first when it is the initial state."""
-    kind = state_kind(state)
-    return f"initial, {kind}" if state.initial else kind
-
-
-def crash_summary(state: StateSpec) -> str:
-    """What a crash does to a state, in a few words (`requeue, interrupt`, `durable wait`)."""
-    on_crash = state.on_crash
-    if on_crash is None:
-        return ""
-    parts = list(on_crash.events)
-    if on_crash.otherwise is not None:
-        otherwise = "durable wait" if on_crash.otherwise is Otherwise.DURABLE_WAIT else "reclaim"
-        parts.append(f"else {otherwise}" if parts else otherwise)
-    return ", ".join(parts)
-
-
-def guard_text(t: TransitionSpec, sep: str) -> str:
-    """`[g, !h]`: conditions as `g`, unless as `!g`; empty when the edge has no guard."""
-    guards = [*t.conditions, *(f"!{g}" for g in t.unless)]
-    return f"[{sep.join(guards)}]" if guards else ""
-
-
-def crash_marker(t: TransitionSpec) -> str:
-    """`✖ bc ac ae`, the crash phases of an edge in the order the write path passes them."""
-    marks = [PHASE_ABBREVIATIONS[p] for p in phases(t)]
-    return " ".join([CRASH, *marks]) if marks else ""
-
-
-def crash_points_notable(t: TransitionSpec) -> bool:
-    """Whether a diagram labels this edge with its crash points: only when they differ from
-    `ORDINARY_PHASES`, i.e. it has an external effect (the point after the effect, and where
-    it falls relative to the commit, is what recovery is about) or it is not written durably.
-    """
-    return phases(t) != ORDINARY_PHASES
-
-
-def crash_label(t: TransitionSpec) -> str:
-    """The crash marker a diagram draws on an edge: `✖ bc ac ae` (or `✖ ae bc ac`) on an edge
-    with an external effect, `✖ none` on one not written durably, nothing on any other."""
-    if not crash_points_notable(t):
-        return ""
-    return crash_marker(t) or f"{CRASH} none"
-
-
-def merge_id(index: int, t: TransitionSpec) -> str:
-    """The id of the junction where the edges of `t`, the machine's transition number
-    `index`, meet when it has several sources (unique: two transitions may share an event)."""
-    return f"merge_{index}_{t.event}"
-
-
-def timing_text(t: TransitionSpec) -> str:
-    if t.external_effect is None:
-        return ""
-    return t.external_effect.timing.value.replace("_", " ")
-
-
-def _event_text(t: TransitionSpec, sep: str) -> str:
-    prefix = f"{RECOVERY} " if t.kind is TransitionKind.RECOVERY else ""
-    guards = guard_text(t, sep)
-    return f"{prefix}{t.event} {guards}" if guards else f"{prefix}{t.event}"
-
-
-# --------------------------------------------------------------------------------------------
-# Graphviz DOT
-# --------------------------------------------------------------------------------------------
-
-
-def _q(text: str) -> str:
-    """A double-quoted DOT string."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _html(text: str) -> str:
-    return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    )
-
-
-def _attrs(pairs: Iterable[tuple[str, str]]) -> str:
-    """`[a="x", b=<html>]`; values starting with `<` are HTML-like labels, left unquoted."""
-    rendered = [f"{k}={v if v.startswith('<') else _q(v)}" for k, v in pairs]
-    return "[" + ", ".join(rendered) + "]"
-
-
-def _state_style(state: StateSpec) -> list[tuple[str, str]]:
-    return _kind_style(state_kind(state))
-
-
-def _kind_style(kind: str) -> list[tuple[str, str]]:
-    if kind == "terminal":
-        return [
-            ("shape", "box"),
-            ("style", "rounded,filled,bold"),
-            ("peripheries", "2"),
-            ("fillcolor", COLORS["terminal_fill"]),
-            ("color", COLORS["terminal_line"]),
-        ]
-    if kind == "owned":
-        return [
-            ("shape", "box"),
-            ("style", "rounded,filled"),
-            ("fillcolor", COLORS["owned_fill"]),
-            ("color", COLORS["owned_line"]),
-        ]
-    return [
-        ("shape", "box"),
-        ("style", "rounded,filled"),
-        ("fillcolor", COLORS["wait_fill"]),
-        ("color", COLORS["wait_line"]),
-    ]
-
-
-def _state_label(state: StateSpec) -> str:
-    title = f"<b>{_html(state.name)}</b>"
-    if state.terminal:
-        return f"<{title}>"
-    kind = "owned" if state.owned else "durable wait"
-    crash = crash_summary(state)
-    detail = kind if crash in ("", kind) else f"{kind}; crash {RECOVERY} {crash}"
-    return f'<{title}<br/><font point-size="9">{_html(detail)}</font>>'
-
-
-def edge_label_lines(t: TransitionSpec) -> list[str]:
-    """The lines of a DOT edge label: event and guards, effects, external effect, approval,
-    and crash points where they are notable (`crash_label`)."""
-    lines = [_event_text(t, ", ")]
-    if t.effects:
-        lines.append("/ " + ", ".join(t.effects))
-    if t.external_effect is not None:
-        lines.append(f"{EXTERNAL} {t.external_effect.name} ({timing_text(t)})")
-    if t.consumes_approval:
-        lines.append(f"{APPROVAL} consumes approval")
-    marker = crash_label(t)
-    if marker:
-        lines.append(marker)
-    return lines
-
-
-def _edge_style(t: TransitionSpec) -> list[tuple[str, str]]:
-    styles: list[str] = []
-    color = COLORS["normal"]
-    if t.kind is TransitionKind.RECOVERY:
-        styles.append("dashed")
-        color = COLORS["recovery"]
-    elif t.consumes_approval:
-        color = COLORS["approval"]
-    if t.external_effect is not None:
-        styles.append("bold")
-    return [
-        ("style", ",".join(styles) if styles else "solid"),
-        ("color", color),
-        ("fontcolor", color),
-    ]
-
-
-def _dot_label(lines: Iterable[str]) -> str:
-    """A multi-line DOT label, quoted (`\\n` between lines)."""
-    return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
-
-
-def _edge(source: str, dest: str, label: Iterable[str], attrs: list[tuple[str, str]]) -> str:
-    """`"a" -> "b" [label="...", k="v"];`, the label first when there is one."""
-    rendered = [f"{k}={_q(v)}" for k, v in attrs]
-    lines = list(label)
-    if lines:
-        rendered.insert(0, f"label={_dot_label(lines)}")
-    return f"  {_q(source)} -> {_q(dest)} [{', '.join(rendered)}];"
-
-
-def _junction_attrs(color: str) -> list[tuple[str, str]]:
-    """A junction: a small filled diamond in the colour of its transition's edges."""
-    return [
-        ("shape", "diamond"),
-        ("label", ""),
-        ("width", "0.16"),
-        ("height", "0.16"),
-        ("fixedsize", "true"),
-        ("style", "filled"),
-        ("fillcolor", color),
-        ("color", color),
-    ]
-
-
-def _dot_transition(index: int, t: TransitionSpec) -> list[str]:
-    """One edge for a transition from one state; for one from several, a junction, an
-    unlabelled line into it from each source and the one labelled arrow out of it."""
-    label = edge_label_lines(t)
-    style = _edge_style(t)
-    if len(t.source) == 1:
-        return [_edge(t.source[0], t.dest, label, style)]
-    junction = f"__{merge_id(index, t)}"
-    color = dict(style)["color"]
-    lines = [f"  {_q(junction)} {_attrs([*_junction_attrs(color), ('tooltip', t.event)])};"]
-    # Weights: the junction sits level with, and just before, its destination, so the lines
-    # from the sources run to it instead of the labelled arrow running across the machine.
-    line_style = [
-        ("style", dict(style)["style"]),
-        ("color", color),
-        ("arrowhead", "none"),
-        ("weight", "0"),
-    ]
-    lines.extend(_edge(source, junction, [], line_style) for source in t.source)
-    lines.append(_edge(junction, t.dest, label, [*style, ("weight", "8")]))
-    return lines
-
-
-def _graph_attrs(title: str, subtitle: str) -> str:
-    label = f'<{_html(title)}<br/><font point-size="10">{_html(subtitle)}</font>>'
-    return "  " + _attrs(
-        [
-            ("label", label),
-            ("labelloc", "t"),
-            ("fontname", "Helvetica"),
-            ("fontsize", "18"),
-            ("rankdir", "LR"),
-            ("nodesep", "0.5"),
-            ("ranksep", "0.6"),
-            ("newrank", "true"),
-            ("bgcolor", "white"),
-        ]
-    ).join(["graph ", ";"])
-
-
-def _defaults() -> list[str]:
-    return [
-        "  "
-        + _attrs(
-            [("fontname", "Helvetica"), ("fontsize", "12"), ("fontcolor", COLORS["text"])]
-        ).join(["node ", ";"]),
-        "  "
-        + _attrs([("fontname", "Helvetica"), ("fontsize", "10"), ("arrowsize", "0.8")]).join(
-            ["edge ", ";"]
-        ),
-    ]
-
-
-def render_dot(spec: MachineSpec) -> str:
-    """The machine as a Graphviz digraph, byte-for-byte the same for the same spec.
-
-    It has no legend of its own: `render_legend_dot` draws the one legend of every diagram.
-    """
-    lines = [
-        f"// Generated by `{COMMAND}` from the `{spec.name}` machine in spec/. Never edit by hand.",
-        f"digraph {_q(spec.name)} {{",
-        _graph_attrs(
-            f"{spec.title}: lifecycle of one {spec.name} record",
-            f"key: {LEGEND_NAME}.svg; every crash point: README.md",
-        ),
-        *_defaults(),
-        "",
-        "  // The initial state: a point with an arrow into it.",
-        f"  {_q('__initial')} {_attrs([('shape', 'point'), ('width', '0.2'), ('label', '')])};",
-        f"  {_q('__initial')} -> {_q(spec.initial.name)};",
-        "",
-        "  // States, in declaration order (terminal ones after the junctions).",
-    ]
-    states = [
-        f"  {_q(s.name)} {_attrs([('label', _state_label(s)), *_state_style(s)])};"
-        for s in spec.states
-    ]
-    lines.extend(line for s, line in zip(spec.states, states, strict=True) if not s.terminal)
-    # A transition from several states meets at a junction. Declared between the live states
-    # and the terminal ones, and weighted to sit level with its destination, the junctions
-    # keep their lines clear of the other labels.
-    several = [(i, t) for i, t in enumerate(spec.transitions) if len(t.source) > 1]
-    if several:
-        lines.extend(["", "  // Transitions from several states, each through a junction."])
-        for index, t in several:
-            lines.extend(_dot_transition(index, t))
-        lines.append("")
-    lines.extend(line for s, line in zip(spec.states, states, strict=True) if s.terminal)
-    terminals = [s.name for s in spec.states if s.terminal]
-    if terminals:
-        lines.append("  {rank=max; " + " ".join(_q(n) for n in terminals) + ";}")
-    lines.extend(["", "  // Transitions from one state, in declaration order."])
-    for index, t in enumerate(spec.transitions):
-        if len(t.source) == 1:
-            lines.extend(_dot_transition(index, t))
-    lines.extend(["}", ""])
-    return "\n".join(lines)
-
-
-def render_legend_dot() -> str:
-    """The one legend of every diagram: a sample of each node and edge encoding, and the key
-    of the symbols. The README shows its SVG; no machine's diagram repeats it."""
-    c = COLORS
-    key_rows = [
-        f"<b>{CRASH} crash points</b>, drawn only where they are not just",
-        "&#160;&#160;&#160;bc ac (which every durable write has):",
-        "&#160;&#160;&#160;bc before its commit, ac after its commit,",
-        "&#160;&#160;&#160;ae after its external effect; in the order passed",
-        f"{RECOVERY} fired only by recovery (dashed, red)",
-        f"{EXTERNAL} external effect, with its timing (bold)",
-        f"{APPROVAL} uses up a person's decision (green)",
-        "[g, !h] guard g holds, h does not",
-        "/ effects run in the transaction",
-        f"{MERGE} one transition from several states (not a state)",
-    ]
-    key = (
-        '<<table border="0" cellborder="0" cellspacing="1">'
-        + "".join(f'<tr><td align="left">{row}</td></tr>' for row in key_rows)
-        + "</table>>"
-    )
-
-    def box(title: str, detail: str, kind: str) -> list[tuple[str, str]]:
-        label = f"<<b>{title}</b>" + (
-            f'<br/><font point-size="9">{detail}</font>>' if detail else ">"
-        )
-        return [("label", label), *_kind_style(kind)]
-
-    recovery = [("style", "dashed"), ("color", c["recovery"]), ("fontcolor", c["recovery"])]
-    approval = [("style", "solid"), ("color", c["approval"]), ("fontcolor", c["approval"])]
-    normal = [("style", "solid"), ("color", c["normal"]), ("fontcolor", c["normal"])]
-    lines = [
-        f"// Generated by `{COMMAND}`: the legend of every diagram here. Never edit by hand.",
-        f"digraph {_q(LEGEND_NAME)} {{",
-        _graph_attrs("Legend", "for every lifecycle diagram in this folder"),
-        *_defaults(),
-        "",
-        f"  {_q('initial')} {_attrs([('shape', 'point'), ('width', '0.2'), ('label', '')])};",
-        f"  {_q('owned')} {_attrs(box('owned', 'a live process works on it', 'owned'))};",
-        f"  {_q('wait')} "
-        f"{_attrs(box('durable wait', 'no owner; the row holds all', 'durable wait'))};",
-        f"  {_q('terminal')} {_attrs(box('terminal', '', 'terminal'))};",
-        f"  {_q('other')} {_attrs(box('terminal', '', 'terminal'))};",
-        f"  {_q('__merge')} {_attrs(_junction_attrs(c['normal']))};",
-        f"  {_q('key')} {_attrs([('shape', 'plaintext'), ('fontsize', '11'), ('label', key)])};",
-        _edge("initial", "owned", ["initial state"], normal),
-        _edge("owned", "wait", ["event [g, !h]", "/ effects"], normal),
-        _edge("wait", "terminal", [f"{APPROVAL} approval"], approval),
-        _edge("owned", "terminal", [f"{RECOVERY} recovery"], recovery),
-        _edge(
-            "owned",
-            "owned",
-            [f"{EXTERNAL} effect (after commit)", f"{CRASH} bc ac ae"],
-            [("style", "bold"), ("color", c["normal"]), ("fontcolor", c["normal"])],
-        ),
-        _edge("owned", "__merge", [], [("color", c["normal"]), ("arrowhead", "none")]),
-        _edge("wait", "__merge", [], [("color", c["normal"]), ("arrowhead", "none")]),
-        _edge("__merge", "other", ["one transition", "from two states"], normal),
-        "  // Invisible: puts the (tall) key in the last column, below the samples there.",
-        _edge("__merge", "key", [], [("style", "invis")]),
-        "}",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------
-# Mermaid
-# --------------------------------------------------------------------------------------------
-
-#: What a Mermaid label may hold: GitHub's Mermaid cuts a transition label at `:` or `;`,
-#: treats `#`/`%%` specially and has keywords of its own, so labels keep to a safe alphabet.
-_MERMAID_LABEL = re.compile(
-    "^[A-Za-z0-9 _\\[\\]!/" + RECOVERY + CRASH + EXTERNAL + APPROVAL + "]*$"
-)
-#: Words a Mermaid state diagram reads as statements, never usable as a state id.
-_MERMAID_KEYWORDS = frozenset(
-    {
-        "state",
-        "note",
-        "class",
-        "classdef",
-        "style",
-        "direction",
-        "scale",
-        "hide",
-        "end",
-        "accdescr",
-        "acctitle",
-        "click",
-        "default",
-    }
-)
-_MERMAID_ID = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def mermaid_label(t: TransitionSpec) -> str:
-    """One line: `⚡ event [g !h] / effects ↗ external ✔ approval ✖ bc ac ae` (the crash
-    points only where `crash_label` draws them)."""
-    parts = [_event_text(t, " ")]
-    if t.effects:
-        parts.append("/ " + " ".join(t.effects))
-    if t.external_effect is not None:
-        parts.append(f"{EXTERNAL} {t.external_effect.name}")
-    if t.consumes_approval:
-        parts.append(f"{APPROVAL} approval")
-    marker = crash_label(t)
-    if marker:
-        parts.append(marker)
-    label = " ".join(parts)
-    if not _MERMAID_LABEL.match(label):
-        raise ValueError(f"{t.event}: label {label!r} has characters Mermaid may misread")
-    return label
-
-
-def _mermaid_id(name: str) -> str:
-    if not _MERMAID_ID.match(name) or name in _MERMAID_KEYWORDS:
-        raise ValueError(f"state {name!r} cannot be a Mermaid state id")
-    return name
-
-
-def render_mermaid(spec: MachineSpec) -> str:
-    """The machine as a Mermaid `stateDiagram-v2` (renders on GitHub).
-
-    A transition from several states goes through a `<<choice>>` state (drawn as a small
-    diamond): an unlabelled arrow into it from each source, one labelled arrow out of it.
-    """
-    taken = set(spec.state_names)
-    junctions: dict[int, str] = {}
-    for index, t in enumerate(spec.transitions):
-        if len(t.source) > 1:
-            junction = _mermaid_id(merge_id(index, t))
-            if junction in taken:
-                raise ValueError(f"junction {junction!r} would take the name of a state")
-            junctions[index] = junction
-    lines = [
-        "stateDiagram-v2",
-        f"    %% Generated by `{COMMAND}` from the `{spec.name}` machine in spec/. Never edit "
-        "by hand.",
-        f"    classDef owned fill:{COLORS['owned_fill']},stroke:{COLORS['owned_line']},"
-        f"color:{COLORS['text']}",
-        f"    classDef durable_wait fill:{COLORS['wait_fill']},stroke:{COLORS['wait_line']},"
-        f"color:{COLORS['text']}",
-        f"    classDef terminal fill:{COLORS['terminal_fill']},"
-        f"stroke:{COLORS['terminal_line']},stroke-width:3px,color:{COLORS['text']}",
-        "",
-        *(f"    state {name} <<choice>>" for name in junctions.values()),
-        f"    [*] --> {_mermaid_id(spec.initial.name)}",
-    ]
-    for index, t in enumerate(spec.transitions):
-        label = mermaid_label(t)
-        dest = _mermaid_id(t.dest)
-        via = junctions.get(index)
-        if via is None:
-            lines.append(f"    {_mermaid_id(t.source[0])} --> {dest}: {label}")
-            continue
-        lines.extend(f"    {_mermaid_id(source)} --> {via}" for source in t.source)
-        lines.append(f"    {via} --> {dest}: {label}")
-    for state in spec.states:
-        if state.terminal:
-            lines.append(f"    {_mermaid_id(state.name)} --> [*]")
-    lines.append("")
-    for css, kind in (
-        ("owned", "owned"),
-        ("durable_wait", "durable wait"),
-        ("terminal", "terminal"),
-    ):
-        names = [s.name for s in spec.states if state_kind(s) == kind]
-        if names:
-            lines.append(f"    class {', '.join(names)} {css}")
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------------------------
-# SVG
-# --------------------------------------------------------------------------------------------
-
-
-class GraphvizMissing(RuntimeError):
-    """The `dot` executable is not installed, so SVG diagrams cannot be rendered."""
-
-
-def dot_digest(dot_text: str) -> str:
-    return hashlib.sha256(dot_text.encode("utf-8")).hexdigest()
-
-
-def svg_stamp(svg: bytes) -> str | None:
-    """The DOT hash an SVG was rendered from, or None when it carries no stamp."""
-    found = _SVG_STAMP.search(svg)
-    return None if found is None else found.group(1).decode("ascii")
-
-
-def render_svg(dot_text: str) -> bytes:
-    """Render DOT with Graphviz's `dot -Tsvg`, stamped with the SHA-256 of `dot_text`.
-
-    The stamp (an XML comment right after the XML declaration) is what `drift` compares:
-    see the module docstring for why the SVG itself is not compared byte for byte.
-    """
-    exe = shutil.which("dot")
-    if exe is None:
-        raise GraphvizMissing(
-            "Graphviz's `dot` executable is not on PATH, so the SVG diagrams cannot be "
-            "rendered. Install Graphviz (e.g. `apt-get install graphviz` on Debian/Ubuntu, "
-            "`brew install graphviz` on macOS) and run `lockgate diagrams` again."
-        )
-    done = subprocess.run(
-        [exe, "-Tsvg"], input=dot_text.encode("utf-8"), capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"`dot -Tsvg` failed (exit {done.returncode}): "
-            f"{done.stderr.decode('utf-8', 'replace').strip()}"
-        )
-    svg = done.stdout
-    stamp = (
-        f"<!-- lockgate-dot-sha256: {dot_digest(dot_text)} -->\n"
-        f"<!-- Generated by `{COMMAND}` from the .dot file beside it. Never edit by hand. -->\n"
-    ).encode("ascii")
-    if svg.startswith(b"<?xml"):
-        end = svg.index(b"?>") + 2
-        if svg[end : end + 1] == b"\n":
-            end += 1
-        return svg[:end] + stamp + svg[end:]
-    return stamp + svg
-
-
-# --------------------------------------------------------------------------------------------
-# README
-# --------------------------------------------------------------------------------------------
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ").strip()
-
-
-def _code(names: Iterable[str]) -> str:
-    return ", ".join(f"`{n}`" for n in names)
-
-
-def _slug(title: str) -> str:
-    """The anchor GitHub gives a heading."""
-    kept = re.sub(r"[^\w\- ]", "", title.strip().lower())
-    return kept.replace(" ", "-")
-
-
-def _row(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
-
-
-def _bullet(text: str) -> str:
-    """A Markdown list item, wrapped like the rest of the README's prose."""
-    return textwrap.fill(
-        text,
-        width=96,
-        initial_indent="- ",
-        subsequent_indent="  ",
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
-#: The rule for crash-point labels, stated in the README (and checked by the tests).
-CRASH_LABEL_RULE = (
-    f"**{CRASH} crash points, only where they say something.** Every durable write has a "
-    "crash point before its commit (`bc`) and one after it (`ac`), so an edge with just those "
-    f"two carries no crash label: that is every edge without `{CRASH}`, recovery edges included (a "
-    "crash during recovery leaves the row in its state for the next recovery pass). An edge is "
-    f"labelled `{CRASH}` only where its points differ: an edge with an external effect shows "
-    "all of them in the order the write path passes them, because where the point after the "
-    "effect (`ae`) falls is what recovery is about: `bc ac ae` for an effect after the commit "
-    "(a crash at `ae` leaves a record saying the effect may have happened), `ae bc ac` for "
-    "one before it (the record still says it has not). An edge not written durably would show "
-    f"`{CRASH} none`. Every crash point of a machine, the creation of a row inserted on its "
-    "own included, is listed by name in the machine's **Crash points** table below; "
-    "`lockgate spec check` counts the same."
-)
-
-LEGEND = f"""\
-## How to read the diagrams
-
-![Legend: a sample of every node and edge encoding, and the key of the symbols]\
-({LEGEND_NAME}.svg)
-
-This one legend (rendered by Graphviz from [{LEGEND_NAME}.dot]({LEGEND_NAME}.dot)) holds for every
-diagram in this folder, the SVGs and the Mermaid diagrams below alike; none of them repeats it.
-
-- **Initial state**: the small black point has an arrow into it (`[*] -->` in Mermaid).
-- **Terminal states** are grey with a double, bold border (Mermaid: grey, thick border, and an
-  arrow to the end marker `[*]`). Nothing leaves them.
-- **Owned states** (orange) are worked on by a live process; if it dies the state is left
-  without an owner until recovery moves it or another instance reclaims it. The second line of
-  the node (SVG) says what a crash does: the recovery events tried in order, and the fallback.
-- **Durable waits** (blue) hold everything needed in the row; nothing runs them, so a crash
-  leaves them as they are until an outside event (a person, a client, a claim) arrives.
-- **Normal transitions** are solid, labelled `event [guards] / effects`: a guard `g` must hold,
-  `!g` must not; effects run inside the transition's transaction.
-- **Recovery transitions** are dashed and red, labelled `{RECOVERY} event`; only recovery fires
-  them, after a crash or the death of the owning process. (Mermaid draws every edge alike:
-  there the `{RECOVERY}` alone marks them, as `{APPROVAL}` marks approval.)
-- **{EXTERNAL} external effect**: the edge calls the outside world (name and timing: after
-  commit means intent is recorded first; before commit means the effect comes first). These
-  edges are drawn bold.
-- **{APPROVAL} consumes approval**: the edge uses up a person's decision (drawn green); the
-  model checker proves it happens at most once.
-- **{MERGE} one transition from several states** is drawn once: an unlabelled line from each
-  source meets at a small diamond (a Mermaid choice point), and one labelled arrow goes on to
-  the destination. The diamond is not a state; the record never rests there.
-{_bullet(CRASH_LABEL_RULE)}
-"""
-
-
-def _crash_point_section(spec: MachineSpec) -> list[str]:
-    """Every crash point of the machine, one row per edge (creation first), by full name."""
-    points = every_crash_point(spec)
-    created = frozenset(creation_points(spec))
-    by_edge: dict[tuple[str, str, str], list[CrashPoint]] = {}
-    for p in points:
-        by_edge.setdefault((p.event, p.source, p.dest), []).append(p)
-    transition_of = {(t.event, s, d): t for t in spec.transitions for s, d in t.edges()}
-    creation = (
-        "Its rows are inserted in a transaction of their own, so creating one has points of "
-        "its own (the first row)."
-        if created
-        else "No creation points: its rows are never inserted on their own (each is written "
-        "in the transaction of another record's transition, whose points it shares)."
-    )
-    out = [
-        "",
-        "### Crash points",
-        "",
-        f"{len(points)} crash points, as `lockgate spec check` counts them, each named "
-        "`<edge>:<phase>` (the names `lockgate simulate --crash-at` takes), in the order the "
-        f"write path passes them. {creation} The diagram labels only the edges marked "
-        f"{CRASH} (see [How to read the diagrams](#how-to-read-the-diagrams)).",
-        "",
-        "| Edge | Of | Phases, in order | Label on the diagram |",
-        "| --- | --- | --- | --- |",
-    ]
-    for (event, source, dest), edge_points in by_edge.items():
-        name = edge_points[0].name.rsplit(":", 1)[0]
-        phases_ = ", ".join(f"`{p.phase}`" for p in edge_points)
-        if edge_points[0] in created:
-            of, drawn = "creation", ""
-        else:
-            t = transition_of[(event, source, dest)]
-            of, drawn = f"`{event}`", crash_label(t)
-        out.append(_row([f"`{name}`", of, phases_, drawn]))
-    return out
-
-
-def _machine_section(spec: MachineSpec) -> list[str]:
-    out = [
-        f"## {spec.title}",
-        "",
-        f"Machine `{spec.name}`. {spec.description}",
-        "",
-        "```mermaid",
-        render_mermaid(spec).rstrip("\n"),
-        "```",
-        "",
-        f"Graphviz: [{spec.name}.svg]({spec.name}.svg) (source [{spec.name}.dot]({spec.name}.dot));"
-        f" Mermaid source: [{spec.name}.mmd]({spec.name}.mmd).",
-        "",
-        "### States",
-        "",
-        "| State | Kind | Meaning | On crash: recovery events, in order | Why a crash is safe |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for s in spec.states:
-        if s.on_crash is None:
-            events, why = "", "(terminal: nothing to recover)"
-        else:
-            events = _code(s.on_crash.events)
-            if s.on_crash.otherwise is not None:
-                fallback = str(s.on_crash.otherwise.value).replace("_", " ")
-                events = f"{events}, else {fallback}" if events else fallback
-            why = s.on_crash.why
-        out.append(_row([f"`{s.name}`", state_kinds(s), s.description, events, why]))
-    if spec.good_ends:
-        out.extend(["", f"Good ends: {_code(spec.good_ends)}."])
-    out.extend(
-        [
-            "",
-            "### Transitions",
-            "",
-            "| Event | Kind | From | To | Guards | Effects | External effect | Approval "
-            "| Meaning |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-    )
-    for t in spec.transitions:
-        external = f"`{t.external_effect.name}` ({timing_text(t)})" if t.external_effect else ""
-        guards = [*(f"`{g}`" for g in t.conditions), *(f"`!{g}`" for g in t.unless)]
-        out.append(
-            _row(
-                [
-                    f"`{t.event}`",
-                    f"{RECOVERY} recovery" if t.kind is TransitionKind.RECOVERY else "normal",
-                    _code(t.source),
-                    f"`{t.dest}`",
-                    ", ".join(guards),
-                    _code(t.effects),
-                    external,
-                    f"{APPROVAL} consumes" if t.consumes_approval else "",
-                    t.description,
-                ]
-            )
-        )
-    out.extend(_crash_point_section(spec))
-    out.append("")
-    return out
-
-
-def _composition_section(comp: Composition) -> list[str]:
-    out = [
-        f"## Composition: {comp.name}",
-        "",
-        f"Machines {_code(comp.machines)}. {comp.description}",
-        "",
-        "### Joint steps (one transaction)",
-        "",
-        "| Joint step | Transitions committed together | Meaning |",
-        "| --- | --- | --- |",
-    ]
-    for step in comp.joint_steps:
-        together = " + ".join(f"`{m}.{e}`" for m, e in step.steps)
-        out.append(_row([f"`{step.name}`", together, step.description]))
-    if comp.requires:
-        other = {comp.machines[0]: comp.machines[1], comp.machines[1]: comp.machines[0]}
-        out.extend(
-            [
-                "",
-                "### Constraints",
-                "",
-                "| Transition | Fires only while the other machine is in |",
-                "| --- | --- |",
-            ]
-        )
-        for (machine, event), states in comp.requires:
-            where = f"`{other.get(machine, '?')}`: {_code(states)}"
-            out.append(_row([f"`{machine}.{event}`", where]))
-    if comp.fenced:
-        first = comp.machines[0]
-        fenced = ", ".join(f"`{m}.{e}`" for m, e in comp.fenced)
-        out.extend(
-            [
-                "",
-                "### Fences",
-                "",
-                f"{fenced} commit only while the `{first}` record is still at the version "
-                "their actor read: an instance whose work was recovered by another cannot "
-                "move the call any more.",
-            ]
-        )
-    if comp.recovery_fenced:
-        first, second = comp.machines
-        recovered = ", ".join(f"`{m}.{e}`" for m, e in comp.recovery_fenced)
-        out.extend(
-            [
-                "",
-                f"{recovered} commit only while the latest `{second}` record is still at the "
-                "version recovery read (or moved in the same transaction): an owner that "
-                "wakes between recovery's read and its commit and moves the call makes the "
-                "commit conflict, and recovery decides again.",
-            ]
-        )
-    out.append("")
-    return out
-
-
-def render_readme(
-    machines: Mapping[str, MachineSpec], compositions: Mapping[str, Composition]
-) -> str:
-    lines = [
-        README_MARKER,
-        "",
-        "# Lifecycle diagrams",
-        "",
-        f"> **Generated, never hand-edited.** Every file in this folder is generated from the "
-        f"lifecycle declarations in `spec/` by `spec/diagrams.py`. To change a diagram, change "
-        f"the spec and run `{COMMAND}`; CI fails when these files drift from the spec.",
-        "",
-        "Each lifecycle below is a state machine declared once in `spec/` and used by the "
-        "machine layer, the model checker and these diagrams alike. For every machine there is "
-        "a Mermaid diagram (embedded here), a Graphviz `.dot` file and its `.svg` rendering, a "
-        "table of its states and what a crash does to each, a table of its transitions, and a "
-        "table of every crash point it has.",
-        "",
-        LEGEND,
-        "## Contents",
-        "",
-    ]
-    for spec in machines.values():
-        lines.append(f"- [{spec.title}](#{_slug(spec.title)}) (`{spec.name}`)")
-    for comp in compositions.values():
-        lines.append(f"- [Composition: {comp.name}](#{_slug('Composition: ' + comp.name)})")
-    lines.append("")
-    for spec in machines.values():
-        lines.extend(_machine_section(spec))
-    for comp in compositions.values():
-        lines.extend(_composition_section(comp))
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-# --------------------------------------------------------------------------------------------
-# Generating, writing, checking drift
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""One composition's section of the README: the joint steps that commit transitions of two
+machines in one transaction, the constraints between the machines, and their fences.
+
+A composition has no drawing of its own; its machines are drawn one by one, and this section
+says how they move together.
+"""
+
+from __future__ import annotations
+
+from spec.diagram_markdown import code_list, table_row
+from spec.model import Composition
+
+
+def composition_section(comp: Composition) -> list[str]:
+    out = [
+        f"## Composition: {comp.name}",
+        "",
+        f"Machines {code_list(comp.machines)}. {comp.description}",
+        "",
+        "### Joint steps (one transaction)",
+        "",
+        "| Joint step | Transitions committed together | Meaning |",
+        "| --- | --- | --- |",
+    ]
+    for step in comp.joint_steps:
+        together = " + ".join(f"`{m}.{e}`" for m, e in step.steps)
+        out.append(table_row([f"`{step.name}`", together, step.description]))
+    if comp.requires:
+        other = {comp.machines[0]: comp.machines[1], comp.machines[1]: comp.machines[0]}
+        out.extend(
+            [
+                "",
+                "### Constraints",
+                "",
+                "| Transition | Fires only while the other machine is in |",
+                "| --- | --- |",
+            ]
+        )
+        for (machine, event), states in comp.requires:
+            where = f"`{other.get(machine, '?')}`: {code_list(states)}"
+            out.append(table_row([f"`{machine}.{event}`", where]))
+    if comp.fenced:
+        first = comp.machines[0]
+        fenced = ", ".join(f"`{m}.{e}`" for m, e in comp.fenced)
+        out.extend(
+            [
+                "",
+                "### Fences",
+                "",
+                f"{fenced} commit only while the `{first}` record is still at the version "
+                "their actor read: an instance whose work was recovered by another cannot "
+                "move the call any more.",
+            ]
+        )
+    if comp.recovery_fenced:
+        first, second = comp.machines
+        recovered = ", ".join(f"`{m}.{e}`" for m, e in comp.recovery_fenced)
+        out.extend(
+            [
+                "",
+                f"{recovered} commit only while the latest `{second}` record is still at the "
+                "version recovery read (or moved in the same transaction): an owner that "
+                "wakes between recovery's read and its commit and moves the call makes the "
+                "commit conflict, and recovery decides again.",
+            ]
+        )
+    out.append("")
+    return out
