@@ -1,0 +1,158 @@
+"""What a tool is (`ToolSpec`), what a call gets (`ToolContext`), and what a source provides.
+
+A `ToolSource` (the built-in notes, later OpenAPI or an upstream MCP server) contributes
+`Tool`s, each described by a `ToolSpec`; `machine.tools.registry` serves them by name. A spec
+is checked when it is made: its names must be Python identifiers and its parameters a schema
+`machine.tools.schema` supports, because agent code calls `tools.<source>.<name>(key=...)`.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+from machine.policy import PolicyDecision
+from machine.tools.schema import check_schema, property_schemas
+from machine.tools.signatures import notes, ordered_parameters, parameter, qualify
+
+NAMESPACE = "tools"
+"""The module agent code imports; a tool's call name is `tools.<source>.<name>`."""
+
+
+def make_idempotency_key(execution_id: str, sequence: int) -> str:
+    """The key every call carries: stable across retries of the same call, unique otherwise."""
+    return f"{execution_id}:{sequence}"
+
+
+def is_identifier(name: str) -> bool:
+    # Source and tool names become attribute names in agent code.
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _empty_object_schema() -> dict[str, JsonValue]:
+    return {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+class ToolSpec(BaseModel):
+    """What a tool is: its name, its arguments' schema, and how careful to be with it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    name: str
+    description: str
+    parameters: dict[str, JsonValue] = Field(default_factory=_empty_object_schema)
+    returns: str = "Any"
+    """A Python type expression, for signatures and stubs: `dict`, `list[str]`."""
+    idempotent: bool = False
+    """Safe to call twice (read-only): an in-doubt call is retried only when this is true."""
+    default_policy: PolicyDecision = PolicyDecision.REQUIRE_APPROVAL
+    secrets: tuple[str, ...] = ()
+
+    @field_validator("source", "name")
+    @classmethod
+    def _check_identifier(cls, value: str) -> str:
+        if not is_identifier(value):
+            raise ValueError(f"{value!r} is not a Python identifier (agent code calls it)")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _check_parameters(cls, schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if schema.get("type") != "object":
+            raise ValueError("the parameters schema must have type 'object'")
+        check_schema(schema, "parameters")
+        for name in property_schemas(schema):
+            if not is_identifier(name):
+                raise ValueError(f"argument {name!r} cannot be passed as a keyword argument")
+        return schema
+
+    @field_validator("returns")
+    @classmethod
+    def _check_returns(cls, value: str) -> str:
+        try:
+            compile(value, "<returns>", "eval")
+        except SyntaxError:
+            raise ValueError(f"returns {value!r} is not a Python type expression") from None
+        return value
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.source}.{self.name}"
+
+    @property
+    def call_name(self) -> str:
+        return f"{NAMESPACE}.{self.full_name}"
+
+    def signature(self, decision: PolicyDecision | None = None) -> str:
+        """`tools.notes.write(key: str, text: str) -> dict  # requires approval`.
+
+        `decision` is the effective policy when known; the tool's default otherwise.
+        """
+        policy_notes = notes(decision or self.default_policy, self.idempotent)
+        return self.bare_signature() + (f"  # {policy_notes}" if policy_notes else "")
+
+    def bare_signature(self) -> str:
+        """`tools.notes.write(key: str, text: str) -> dict`: the signature without its notes."""
+        params = ", ".join(
+            parameter(name, schema, required, ())
+            for name, schema, required in ordered_parameters(self.parameters)
+        )
+        return f"{self.call_name}({params}) -> {self.returns}"
+
+    def usage(self) -> str:
+        """`tools.notes.write(key=..., text=...)`: how a keyword-only call looks."""
+        names = ", ".join(f"{name}=..." for name, _, _ in ordered_parameters(self.parameters))
+        return f"{self.call_name}({names})"
+
+    def stub(self, shadowed: Sequence[str] = ()) -> str:
+        """This tool as a keyword-only `def` for a `.pyi` module; `shadowed` lists builtin
+        names that the module's own functions hide (see `machine.tools.stubs`)."""
+        params = ", ".join(
+            parameter(name, schema, required, shadowed, stub=True)
+            for name, schema, required in ordered_parameters(self.parameters)
+        )
+        lines = [f"# {line}" for line in self.description.splitlines() if line.strip()]
+        policy_notes = notes(self.default_policy, False)
+        if policy_notes:
+            lines.append(f"# {policy_notes} (by default; the server's policy decides)")
+        if self.idempotent:
+            lines.append("# read-only")
+        star = "*, " if params else ""
+        returns = qualify(self.returns, shadowed)
+        lines.append(f"def {self.name}({star}{params}) -> {returns}: ...")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a call gets besides its arguments. Never stored: it holds resolved secrets."""
+
+    idempotency_key: str
+    secrets: Mapping[str, str] = field(repr=False)
+    principal_id: str
+
+    def __post_init__(self) -> None:
+        # A read-only copy: a tool must not be able to change what the next call sees.
+        object.__setattr__(self, "secrets", MappingProxyType(dict(self.secrets)))
+
+
+class Tool(Protocol):
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        """Run once with validated arguments; raise ToolFailed for an expected failure."""
+        ...
+
+
+class ToolSource(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def tools(self) -> Sequence[Tool]: ...
