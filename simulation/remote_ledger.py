@@ -1,0 +1,123 @@
+"""The real-process drives of the session and ledger scenarios, over `SessionClient`.
+
+Requests answered on a durable session, a request whose stream the client drops (its id
+lost, then reported on the next collecting GET), a DELETE with a request in flight, and
+sessions that expire in real time (the deployment's timeouts are seconds long; its sweep
+runs every half second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+import httpx2
+from sqlmodel import Session, select
+
+from machine.db.schema import OwedRequest
+from machine.db.schema import Session as SessionRow
+from simulation.real_process import ProcessKilled
+from simulation.remote_client import RemoteClient, wait
+from simulation.remote_session import SessionClient, SessionGone, compute_code
+from simulation.world import ScenarioFailed, expect
+
+
+def _session(client: RemoteClient) -> SessionClient:
+    session: SessionClient = client.remember("session", lambda: SessionClient(client))
+    if session.session_id is None:
+        session.open()
+    return session
+
+
+def _request(client: RemoteClient, session: SessionClient, key: str, code: str) -> None:
+    if client.memory.get(key):
+        return
+    attempt = client.memory.get(key + ".attempt", 0) + 1
+    client.memory[key + ".attempt"] = attempt
+    session.call(f"{key}-{attempt}", code)
+    client.memory[key] = True
+
+
+def session_requests(client: RemoteClient) -> None:
+    session = _session(client)
+    session.collect()
+    _request(client, session, "r1", "tools.notes.list()")
+    _request(client, session, "r2", "len(tools.notes.list())")
+    session.collect()
+
+
+def stream_lost(client: RemoteClient) -> None:
+    """The client's connection drops while its request runs: the id is lost (the stream
+    closed abnormally) and reported on the session's next GET."""
+    session = _session(client)
+    if not client.memory.get("lost"):
+        session.drop("s-1")
+        client.memory["lost"] = True
+    wait(client, lambda: _owed_settled_or_lost(client, "s-1"), "the dropped request is lost")
+    session.collect()
+
+
+def _owed_settled_or_lost(client: RemoteClient, request_id: str) -> bool:
+    with Session(client.deployment.db) as s:
+        rows = [r for r in s.exec(select(OwedRequest)) if str(r.request_id) == request_id]
+    return bool(rows) and all(r.status != "owed" for r in rows)
+
+
+def session_closed(client: RemoteClient) -> None:
+    session = _session(client)
+    if not client.memory.get("closed"):
+        expect(session.close() == 200, "DELETE on an idle session was not answered 200")
+        client.memory["closed"] = True
+    other: SessionClient = client.remember("other", lambda: SessionClient(client))
+    if other.session_id is None:
+        other.open()
+    busy = threading.Thread(target=_quietly(lambda: other.call("o-1", compute_code(500_000))))
+    busy.start()
+    status = other.close()
+    busy.join()
+    expect(status in (200, 404), f"DELETE with a request in flight answered {status}")
+
+
+def _quietly(work: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        # The request's fate is the ledger's; the invariants read it.
+        with contextlib.suppress(SessionGone, ScenarioFailed, httpx2.HTTPError, ProcessKilled):
+            work()
+
+    return run
+
+
+def _session_status(client: RemoteClient, session_id: str | None) -> str | None:
+    with Session(client.deployment.db) as s:
+        row = s.get(SessionRow, session_id) if session_id else None
+    return row.status if row is not None else None
+
+
+def session_expires(client: RemoteClient) -> None:
+    """A session left idle expires once its idle timeout passes (the sweep runs every half
+    second); its requests are then answered 404."""
+    session = _session(client)
+    wait(
+        client,
+        lambda: _session_status(client, session.session_id) == "expired",
+        "the idle session expires",
+    )
+    try:
+        session.call("late-1", "1")
+    except SessionGone:
+        return
+    raise ScenarioFailed("a request on an expired session was served")
+
+
+def session_lease(client: RemoteClient) -> None:
+    """A lost report nobody collects ends uncollected when its session expires."""
+    session = _session(client)
+    if not client.memory.get("lost"):
+        session.drop("b-1", sent=False)
+        client.memory["lost"] = True
+    wait(
+        client,
+        lambda: _session_status(client, session.session_id) == "expired",
+        "the session with an uncollected report expires",
+    )

@@ -1,0 +1,40 @@
+"""The steps every scenario's drive is built of, safe to take again after any crash.
+
+A drive starts over from the top after each crash and restart; these steps make that safe:
+`started` submits code once and remembers the execution (its id under `key + ".id"`), and
+`decide` resumes it as a client retries, taking an answer that says the execution moved on
+as final. Both work on the in-process client and on `simulation.remote_client.RemoteClient`.
+"""
+
+from __future__ import annotations
+
+from machine.engine import Action
+from machine.execution_errors import (
+    ExecutionAlreadySettled,
+    ExecutionExpired,
+    ExecutionInterrupted,
+)
+from machine.views import ExecutionView
+from simulation.world import Client
+
+WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
+
+
+def decide(client: Client, key: str, action: Action) -> ExecutionView | None:
+    """Resume as a client does: retrying the same decision is safe; an answer that says the
+    execution moved on (settled, expired, interrupted) is final."""
+    execution_id = client.memory.get(key)
+    if execution_id is None:
+        return None
+    try:
+        return client.resume(execution_id, action)
+    except ExecutionAlreadySettled:
+        return client.get(execution_id)
+    except (ExecutionExpired, ExecutionInterrupted):
+        return client.get(execution_id)
+
+
+def started(client: Client, key: str, code: str) -> ExecutionView:
+    view: ExecutionView = client.remember(key, lambda: client.execute(code))
+    client.memory[key + ".id"] = view.id
+    return view
