@@ -8,13 +8,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate
+.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory namespace
 	touch $(STAMP)
+
+# The editable install maps the `lockgate` namespace onto the repository's folders with an
+# import hook, which static tools (mypy) cannot follow: a folder of links on the path, which
+# they can, maps it the same way (it comes first, so everything imports the same files).
+NAMESPACE := $(CURDIR)/$(VENV)/namespace
+namespace:
+	mkdir -p $(NAMESPACE)/lockgate
+	for package in spec machine server simulation; do \
+	  ln -sfn "$(CURDIR)/$$package" "$(NAMESPACE)/lockgate/$$package"; done
+	echo "$(NAMESPACE)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/lockgate-namespace.pth"
 
 # Graphviz's `dot` renders the SVG diagrams (`make diagrams`). Installed from the system's
 # packages when absent.

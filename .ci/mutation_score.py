@@ -35,6 +35,9 @@ EQUIVALENTS = ROOT / ".ci" / "equivalent_mutants.txt"
 GOAL = 90.0
 #: Copied (as links) into each run's directory: what the tests import and read.
 LINKED = ("machine", "server", "spec", "simulation", "tests")
+#: The installed namespace, and the folders it holds (see [tool.setuptools] in pyproject).
+NAMESPACE = "lockgate"
+PACKAGES = ("machine", "server", "spec", "simulation")
 
 #: Held to the goal wherever they are mutated.
 GOAL_MODULES = (
@@ -137,6 +140,13 @@ def prepare(
     directory.mkdir(parents=True)
     for name in LINKED:
         (directory / name).symlink_to(ROOT / name, target_is_directory=True)
+    # mutmut names and imports a mutant by its path: under lockgate/ it is the module the
+    # tests import (lockgate.machine.write_path), found here before the installed one.
+    (directory / NAMESPACE).mkdir()
+    for name in PACKAGES:
+        (directory / NAMESPACE / name).symlink_to(ROOT / name, target_is_directory=True)
+    only = tuple(f"{NAMESPACE}/{m}" for m in only)
+    excluded = tuple(f"{NAMESPACE}/{m}" for m in excluded)
     text = (ROOT / "pyproject.toml").read_text("utf-8")
     scoped, count = re.subn(
         r"^only_mutate = .*$", f"only_mutate = {json.dumps(list(only))}", text, flags=re.M
@@ -173,7 +183,9 @@ def run_mutmut(directory: Path) -> None:
 
 
 def module_of(meta: Path, mutants_dir: Path) -> str:
-    return str(meta.relative_to(mutants_dir)).removesuffix(".meta")
+    """The module's path in the repository (machine/write_path.py)."""
+    relative = str(meta.relative_to(mutants_dir)).removesuffix(".meta")
+    return relative.removeprefix(f"{NAMESPACE}/")
 
 
 def scores(directories: list[Path]) -> dict[str, Score]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from spec.checks import Bindings
+from lockgate.spec.checks import Bindings
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from typing import overload
 
 from pydantic import JsonValue
 
-from machine.db.schema import Execution, ToolCall
-from machine.db.store import SqlStore
-from machine.policy import Policy, PolicyDecision
-from machine.records import RowRecord
-from machine.sandbox import (
+from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.policy import Policy, PolicyDecision
+from lockgate.machine.records import RowRecord
+from lockgate.machine.sandbox import (
     MONTY_VERSION,
     Raised,
     Returned,
@@ -34,12 +34,12 @@ from machine.sandbox import (
     Suspended,
     ToolOutcome,
 )
-from machine.sandbox import (
+from lockgate.machine.sandbox import (
     Step as SandboxStep,
 )
-from machine.secrets import MissingSecret, Redactor, SecretStore
-from machine.settings import Settings
-from machine.tools.registry import (
+from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
     ToolContext,
@@ -48,9 +48,9 @@ from machine.tools.registry import (
     UnknownTool,
     make_idempotency_key,
 )
-from machine.values import limit_size, to_json
-from machine.write_path import Step, WritePath
-from spec import ToolCallStatus as C
+from lockgate.machine.values import limit_size, to_json
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import ToolCallStatus as C
 
 log = logging.getLogger("lockgate.engine")
 

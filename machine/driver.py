@@ -20,10 +20,16 @@ from collections.abc import Callable
 
 from pydantic import JsonValue
 
-from machine.db.store import SqlStore
-from machine.dispatcher import Dispatcher, ExecutionRecord, HandBack, principal_of, record_of
-from machine.errors import Conflict, GuardRefused
-from machine.sandbox import (
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.dispatcher import (
+    Dispatcher,
+    ExecutionRecord,
+    HandBack,
+    principal_of,
+    record_of,
+)
+from lockgate.machine.errors import Conflict, GuardRefused
+from lockgate.machine.sandbox import (
     Failed,
     Finished,
     RuntimeMismatch,
@@ -31,15 +37,15 @@ from machine.sandbox import (
     SandboxStopped,
     SnapshotCorrupt,
 )
-from machine.sandbox import (
+from lockgate.machine.sandbox import (
     Step as SandboxStep,
 )
-from machine.settings import Settings
-from machine.tools.registry import make_idempotency_key
-from machine.values import limit_size, limit_text, to_json
-from machine.write_path import Step, WritePath
-from spec import ExecutionStatus as E
-from spec import ToolCallStatus as C
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.registry import make_idempotency_key
+from lockgate.machine.values import limit_size, limit_text, to_json
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 
 log = logging.getLogger("lockgate.engine")
 

@@ -24,28 +24,34 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
-from machine.db.schema import Execution
-from machine.db.store import SqlStore, StoreWrite
-from machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
-from machine.driver import Driver
-from machine.errors import Conflict, GuardRefused, IllegalTransition
-from machine.execution_errors import (
+from lockgate.machine.db.schema import Execution
+from lockgate.machine.db.store import SqlStore, StoreWrite
+from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
+from lockgate.machine.driver import Driver
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
     InvalidExecutionInput,
 )
-from machine.execution_reads import ExecutionReads
-from machine.policy import Policy
-from machine.sandbox import MONTY_VERSION, RuntimeMismatch, Sandbox, ToolRequest, sealed_version
-from machine.secrets import SecretStore
-from machine.settings import Settings
-from machine.tools.registry import ToolRegistry, make_idempotency_key
-from machine.views import ExecutionView
-from machine.write_path import Step, WritePath
-from spec import EXECUTION
-from spec import ExecutionStatus as E
-from spec import ToolCallStatus as C
+from lockgate.machine.execution_reads import ExecutionReads
+from lockgate.machine.policy import Policy
+from lockgate.machine.sandbox import (
+    MONTY_VERSION,
+    RuntimeMismatch,
+    Sandbox,
+    ToolRequest,
+    sealed_version,
+)
+from lockgate.machine.secrets import SecretStore
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.registry import ToolRegistry, make_idempotency_key
+from lockgate.machine.views import ExecutionView
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import EXECUTION
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 
 
 def _utcnow() -> datetime:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 REEXECUTE = "Run the code again with `execute` to start a new execution."
 

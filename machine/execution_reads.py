@@ -5,11 +5,11 @@ queries (the counts through the live partial index, so they cost what is live).
 
 from __future__ import annotations
 
-from machine.db.schema import Execution
-from machine.db.store import SqlStore
-from machine.execution_errors import ExecutionNotFound
-from machine.views import ExecutionView, build_view
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import Execution
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.execution_errors import ExecutionNotFound
+from lockgate.machine.views import ExecutionView, build_view
+from lockgate.spec import ExecutionStatus as E
 
 
 class ExecutionReads:

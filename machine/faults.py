@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 
-from spec.crash_points import CrashPoint
+from lockgate.spec.crash_points import CrashPoint
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class Faults:
         if stop:
             # Paused holding no database transaction (see OpenTransactions): a process
             # stalled mid-transaction on SQLite would stop every other instance too.
-            from machine.db.connect import TRANSACTIONS
+            from lockgate.machine.db.connect import TRANSACTIONS
 
             with TRANSACTIONS.none_open():
                 self._report("stopped", point, durable=True)

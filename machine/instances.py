@@ -16,13 +16,13 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from machine.db.errors import ConstraintViolation
-from machine.db.schema import Instance
-from machine.db.store import SqlStore
-from machine.errors import Conflict, GuardRefused, IllegalTransition
-from machine.records import Record
-from machine.write_path import Step, WritePath
-from spec import InstanceStatus as I
+from lockgate.machine.db.errors import ConstraintViolation
+from lockgate.machine.db.schema import Instance
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.records import Record
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import InstanceStatus as I
 
 
 def _record(row: Instance) -> Record:

@@ -15,9 +15,9 @@ from typing import Any
 
 from transitions import Machine, MachineError
 
-from machine.bindings import BINDINGS, Facts, MachineBindings, binding_names
-from machine.errors import GuardRefused, IllegalTransition
-from spec import MACHINES, MachineSpec, TransitionSpec, load
+from lockgate.machine.bindings import BINDINGS, Facts, MachineBindings, binding_names
+from lockgate.machine.errors import GuardRefused, IllegalTransition
+from lockgate.spec import MACHINES, MachineSpec, TransitionSpec, load
 
 # `transitions` logs every callback at INFO; our write path logs what matters.
 logging.getLogger("transitions").setLevel(logging.WARNING)

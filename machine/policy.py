@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 if TYPE_CHECKING:  # the registry imports PolicyDecision from here; avoid the cycle at runtime
-    from machine.tools.registry import ToolSpec
+    from lockgate.machine.tools.registry import ToolSpec
 
 
 class PolicyDecision(StrEnum):

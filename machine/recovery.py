@@ -26,15 +26,15 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
-from machine.db.schema import Execution, ToolCall
-from machine.db.store import SqlStore
-from machine.engine import record_of
-from machine.errors import Conflict, GuardRefused
-from machine.instances import InstanceLease
-from machine.records import Record
-from machine.write_path import Step, WritePath
-from spec import ExecutionStatus as E
-from spec import ToolCallStatus as C
+from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.engine import record_of
+from lockgate.machine.errors import Conflict, GuardRefused
+from lockgate.machine.instances import InstanceLease
+from lockgate.machine.records import Record
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 
 log = logging.getLogger("lockgate.recovery")
 

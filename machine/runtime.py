@@ -15,21 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from machine.db.migrate import prepare_database
-from machine.db.store import SqlStore
-from machine.engine import Engine
-from machine.faults import Faults, for_server
-from machine.instances import InstanceLease
-from machine.policy import Policy
-from machine.recovery import Recovery, RecoveryReport
-from machine.sandbox import Sandbox, SandboxLimits
-from machine.secrets import EnvironmentSecrets, SecretStore
-from machine.sessions import Sessions
-from machine.settings import Settings
-from machine.tools.notes import NotesSource
-from machine.tools.registry import ToolRegistry, ToolSource
-from machine.write_path import WritePath
-from spec.session_lease import LeasePolicy
+from lockgate.machine.db.migrate import prepare_database
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.engine import Engine
+from lockgate.machine.faults import Faults, for_server
+from lockgate.machine.instances import InstanceLease
+from lockgate.machine.policy import Policy
+from lockgate.machine.recovery import Recovery, RecoveryReport
+from lockgate.machine.sandbox import Sandbox, SandboxLimits
+from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
+from lockgate.machine.sessions import Sessions
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.tools.registry import ToolRegistry, ToolSource
+from lockgate.machine.write_path import WritePath
+from lockgate.spec.session_lease import LeasePolicy
 
 log = logging.getLogger("lockgate.runtime")
 

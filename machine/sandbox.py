@@ -44,9 +44,9 @@ from pydantic_monty import (
     SyncSnapshot,
 )
 
-from machine.fair_slots import FairSlots
-from machine.sandbox_limits import SandboxLimits
-from machine.sandbox_results import (
+from lockgate.machine.fair_slots import FairSlots
+from lockgate.machine.sandbox_limits import SandboxLimits
+from lockgate.machine.sandbox_results import (
     RAISABLE_EXCEPTIONS,
     Failed,
     FailureReason,
@@ -59,7 +59,7 @@ from machine.sandbox_results import (
     ToolOutcome,
     ToolRequest,
 )
-from machine.sandbox_snapshots import (
+from lockgate.machine.sandbox_snapshots import (
     MONTY_VERSION,
     RuntimeMismatch,
     SnapshotCorrupt,
@@ -67,8 +67,8 @@ from machine.sandbox_snapshots import (
     sealed_version,
     unseal,
 )
-from machine.sandbox_step import OS_POLICY, PRELUDE, StepDriver, StepLogs, tool_result
-from machine.sandbox_workers import Spawner, bound_worker_binary
+from lockgate.machine.sandbox_step import OS_POLICY, PRELUDE, StepDriver, StepLogs, tool_result
+from lockgate.machine.sandbox_workers import Spawner, bound_worker_binary
 
 __all__ = [
     "MONTY_VERSION",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pydantic_monty import ResourceLimits
 
-from machine.values import limit_size
+from lockgate.machine.values import limit_size
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import struct
 
 import pydantic_monty
 
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 MONTY_VERSION: str = pydantic_monty.__version__
 

@@ -30,8 +30,8 @@ from pydantic_monty import (
     SyncSnapshot,
 )
 
-from machine.sandbox_limits import SandboxLimits
-from machine.sandbox_results import (
+from lockgate.machine.sandbox_limits import SandboxLimits
+from lockgate.machine.sandbox_results import (
     Failed,
     FailureReason,
     Finished,
@@ -42,8 +42,8 @@ from machine.sandbox_results import (
     ToolOutcome,
     ToolRequest,
 )
-from machine.sandbox_snapshots import seal
-from machine.values import limit_size, to_json, truncation_marker
+from lockgate.machine.sandbox_snapshots import seal
+from lockgate.machine.values import limit_size, to_json, truncation_marker
 
 # Binds `tools` as a global before the agent's code, so `tools.x.y()` works without an import.
 PRELUDE = "import tools"

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 REDACTED = "[REDACTED]"
 

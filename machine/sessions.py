@@ -17,16 +17,16 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from machine.db.schema import Execution, OwedRequest, Session
-from machine.db.session_queries import LIVE_SESSION_STATUSES
-from machine.db.store import SqlStore
-from machine.errors import Conflict, GuardRefused, IllegalTransition
-from machine.instances import InstanceLease
-from machine.records import Record
-from machine.write_path import Step, WritePath
-from spec import INSTANCE, OwedRequestStatus, SessionStatus
-from spec import ExecutionStatus as E
-from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
+from lockgate.machine.db.schema import Execution, OwedRequest, Session
+from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.instances import InstanceLease
+from lockgate.machine.records import Record
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import INSTANCE, OwedRequestStatus, SessionStatus
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
 
 log = logging.getLogger("lockgate.sessions")
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from machine.errors import Conflict, IllegalTransition
-from machine.records import Change, Fence, Record
-from spec import MACHINES, MachineSpec
+from lockgate.machine.errors import Conflict, IllegalTransition
+from lockgate.machine.records import Change, Fence, Record
+from lockgate.spec import MACHINES, MachineSpec
 
 
 def declared_edges(specs: Mapping[str, MachineSpec]) -> frozenset[tuple[str, str, str, str]]:

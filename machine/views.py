@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, JsonValue
 
-from machine.db.schema import Execution, ToolCall
-from spec import ExecutionStatus, ToolCallStatus
+from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.spec import ExecutionStatus, ToolCallStatus
 
 
 class PendingCall(BaseModel):

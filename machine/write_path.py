@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
-from machine.bindings import BINDINGS, Facts
-from machine.faults import Faults
-from machine.machines import LifecycleMachine, build_machines
-from machine.records import Change, Fence, Record
-from machine.store import TransitionStore
-from spec.crash_points import CrashPoint, creation_points
-from spec.model import EffectTiming, Phase, TransitionSpec
+from lockgate.machine.bindings import BINDINGS, Facts
+from lockgate.machine.faults import Faults
+from lockgate.machine.machines import LifecycleMachine, build_machines
+from lockgate.machine.records import Change, Fence, Record
+from lockgate.machine.store import TransitionStore
+from lockgate.spec.crash_points import CrashPoint, creation_points
+from lockgate.spec.model import EffectTiming, Phase, TransitionSpec
 
 T = TypeVar("T")
 

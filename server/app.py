@@ -17,19 +17,27 @@ from anyio import to_thread
 from fastapi import FastAPI, Request
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 
-from machine.runtime import Runtime
-from machine.settings import Settings
-from server.approval_page import ApprovalSurface
-from server.approval_tokens import ApprovalTokens, LinkKeys, link_keys
-from server.auth import ASGIApp, BearerAuth, Receive, RequestRate, Scope, Send, json_rpc_error
-from server.durable_sessions import DurableSessionManager
-from server.event_store import ReplayLogs
-from server.http_guards import BodyLimit, HostAllowlist, transport_security
-from server.keys import ApiKeys
-from server.mcp_server import LockgateMCP
-from server.operations import Metrics, log_transitions, operations_router, timed
-from server.runner import ExecutionRunner
-from server.session_gate import DrainSignal, SessionGate
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.settings import Settings
+from lockgate.server.approval_page import ApprovalSurface
+from lockgate.server.approval_tokens import ApprovalTokens, LinkKeys, link_keys
+from lockgate.server.auth import (
+    ASGIApp,
+    BearerAuth,
+    Receive,
+    RequestRate,
+    Scope,
+    Send,
+    json_rpc_error,
+)
+from lockgate.server.durable_sessions import DurableSessionManager
+from lockgate.server.event_store import ReplayLogs
+from lockgate.server.http_guards import BodyLimit, HostAllowlist, transport_security
+from lockgate.server.keys import ApiKeys
+from lockgate.server.mcp_server import LockgateMCP
+from lockgate.server.operations import Metrics, log_transitions, operations_router, timed
+from lockgate.server.runner import ExecutionRunner
+from lockgate.server.session_gate import DrainSignal, SessionGate
 
 log = logging.getLogger("lockgate.server")
 

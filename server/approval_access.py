@@ -19,13 +19,13 @@ from urllib.parse import urlsplit
 from anyio import to_thread
 from fastapi import Request
 
-from machine.db.schema import ApprovalToken
-from machine.runtime import Runtime
-from server.approval_answers import Refusal, token_refusal
-from server.approval_tokens import ApprovalTokens, TokenRefused
-from server.auth import RequestRate, bearer_token
-from server.keys import ApiKeys
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import ApprovalToken
+from lockgate.machine.runtime import Runtime
+from lockgate.server.approval_answers import Refusal, token_refusal
+from lockgate.server.approval_tokens import ApprovalTokens, TokenRefused
+from lockgate.server.auth import RequestRate, bearer_token
+from lockgate.server.keys import ApiKeys
+from lockgate.spec import ExecutionStatus as E
 
 TOKEN_HEADER = "x-approval-token"
 

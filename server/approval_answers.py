@@ -11,9 +11,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from machine.errors import ErrorCode, LockgateError
-from machine.views import ExecutionView
-from server.approval_tokens import TokenRefused
+from lockgate.machine.errors import ErrorCode, LockgateError
+from lockgate.machine.views import ExecutionView
+from lockgate.server.approval_tokens import TokenRefused
 
 #: Characters of the code shown on the page and in the API.
 CODE_EXCERPT_CHARS = 2000

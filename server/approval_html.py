@@ -17,8 +17,8 @@ from typing import Any
 
 from fastapi.responses import HTMLResponse
 
-from server.approval_answers import NO_STORE
-from spec import ExecutionStatus as E
+from lockgate.server.approval_answers import NO_STORE
+from lockgate.spec import ExecutionStatus as E
 
 _STATUS_WORDS: dict[str, str] = {
     "completed": "completed",

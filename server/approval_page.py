@@ -26,20 +26,32 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from machine.db.approval_token_queries import ApprovalTokenUsed
-from machine.db.schema import ApprovalToken
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.runtime import Runtime
-from machine.views import ExecutionView
-from server.approval_access import TOKEN_HEADER, ApprovalAccess
-from server.approval_answers import NO_STORE, Refusal, from_error, problem, public_view, refused
-from server.approval_html import approval_page, failure_notice, settled_notice, token_notice
-from server.approval_tokens import USED, ApprovalTokens, TokenRefused
-from server.auth import RequestRate, current_key_id
-from server.keys import ApiKeys
-from server.runner import ExecutionRunner
-from server.shapes import Running
+from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed
+from lockgate.machine.db.schema import ApprovalToken
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.views import ExecutionView
+from lockgate.server.approval_access import TOKEN_HEADER, ApprovalAccess
+from lockgate.server.approval_answers import (
+    NO_STORE,
+    Refusal,
+    from_error,
+    problem,
+    public_view,
+    refused,
+)
+from lockgate.server.approval_html import (
+    approval_page,
+    failure_notice,
+    settled_notice,
+    token_notice,
+)
+from lockgate.server.approval_tokens import USED, ApprovalTokens, TokenRefused
+from lockgate.server.auth import RequestRate, current_key_id
+from lockgate.server.keys import ApiKeys
+from lockgate.server.runner import ExecutionRunner
+from lockgate.server.shapes import Running
 
 log = logging.getLogger("lockgate.approval")
 

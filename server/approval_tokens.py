@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from machine.db.approval_token_queries import UseApprovalToken
-from machine.db.connect import sqlite_file
-from machine.db.schema import ApprovalToken
-from machine.db.store import SqlStore
-from machine.errors import ErrorCode, LockgateError
-from machine.settings import MAKE_A_SIGNING_KEY, MIN_SIGNING_KEY_CHARS, Settings
-from server.keys import ApiKeys
+from lockgate.machine.db.approval_token_queries import UseApprovalToken
+from lockgate.machine.db.connect import sqlite_file
+from lockgate.machine.db.schema import ApprovalToken
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import ErrorCode, LockgateError
+from lockgate.machine.settings import MAKE_A_SIGNING_KEY, MIN_SIGNING_KEY_CHARS, Settings
+from lockgate.server.keys import ApiKeys
 
 log = logging.getLogger("lockgate.approval")
 

@@ -20,7 +20,7 @@ import limits.storage
 import limits.strategies
 from anyio import to_thread
 
-from server.keys import ApiKeys
+from lockgate.server.keys import ApiKeys
 
 log = logging.getLogger("lockgate.auth")
 

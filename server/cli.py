@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from machine.bindings import binding_names
-from spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
+from lockgate.machine.bindings import binding_names
+from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
 if TYPE_CHECKING:
-    from machine.tools.registry import ToolSource
+    from lockgate.machine.tools.registry import ToolSource
 
 app = typer.Typer(
     help="Lockgate: a durable, approval-gated code-execution MCP server.",
@@ -30,7 +30,9 @@ app.add_typer(spec_app, name="spec")
 db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-DEFAULT_DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"  # the repository's
+#: The repository's diagrams/, for `lockgate diagrams` run from its root (`make diagrams`):
+#: relative to where it runs, because an installed package has no such folder beside it.
+DEFAULT_DIAGRAMS = Path("diagrams")
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -55,7 +57,7 @@ def spec_check() -> None:
 @app.command("model-check")
 def model_check() -> None:
     """Explore every lifecycle (and execution x tool call) with crashes at every point."""
-    from spec.model_checker import check_all
+    from lockgate.spec.model_checker import check_all
 
     try:
         machines = load(MACHINES, bindings=binding_names())
@@ -78,7 +80,7 @@ def diagrams(
     out: Annotated[Path, typer.Option(help="Where the diagrams live.")] = DEFAULT_DIAGRAMS,
 ) -> None:
     """Regenerate the lifecycle diagrams from the spec (or, with --check, detect drift)."""
-    from spec import diagrams as render
+    from lockgate.spec import diagrams as render
 
     if check:
         problems = render.drift(out)
@@ -130,11 +132,11 @@ def simulate(
     ] = max(1, min(4, os.cpu_count() or 1)),
 ) -> None:
     """Crash the engine at every transition of every scenario, restart, check invariants."""
-    from simulation import real_process as processes
-    from simulation import report as reporting
-    from simulation.scenarios import CATALOG, by_name
-    from simulation.sweep import sweep
-    from spec import CrashPoint
+    from lockgate.simulation import real_process as processes
+    from lockgate.simulation import report as reporting
+    from lockgate.simulation.scenarios import CATALOG, by_name
+    from lockgate.simulation.sweep import sweep
+    from lockgate.spec import CrashPoint
 
     try:
         chosen = [by_name(n) for n in scenario] if scenario else list(CATALOG)
@@ -147,7 +149,7 @@ def simulate(
         with contextlib.ExitStack() as databases:
             fresh = None
             if postgres is not None:
-                from machine.db.provision import fresh_databases
+                from lockgate.machine.db.provision import fresh_databases
 
                 try:
                     fresh = databases.enter_context(fresh_databases(postgres))
@@ -182,10 +184,10 @@ app.add_typer(keys_app, name="keys")
 
 
 def _keys() -> Any:
-    from machine.db.migrate import prepare_database
-    from machine.db.store import SqlStore
-    from machine.settings import Settings
-    from server.keys import ApiKeys
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.settings import Settings
+    from lockgate.server.keys import ApiKeys
 
     return ApiKeys(SqlStore(prepare_database(Settings())))
 
@@ -195,7 +197,7 @@ def keys_create(
     principal: Annotated[str, typer.Argument(help="Who the key acts for, e.g. alice.")],
 ) -> None:
     """Create an API key for a principal (created if new). The key is shown only once."""
-    from machine.errors import LockgateError
+    from lockgate.machine.errors import LockgateError
 
     try:
         issued = _keys().create(principal)
@@ -218,7 +220,7 @@ def keys_list() -> None:
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id to revoke.")]) -> None:
     """Revoke an API key: requests with it get 401 from now on."""
-    from machine.errors import LockgateError
+    from lockgate.machine.errors import LockgateError
 
     try:
         key = _keys().revoke(key_id)
@@ -261,10 +263,10 @@ def run_server(
     import uvicorn
     from pydantic import ValidationError
 
-    from machine.db.migrate import DatabaseNotMigrated
-    from machine.settings import Settings
-    from server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
-    from server.operations import configure_logging
+    from lockgate.machine.db.migrate import DatabaseNotMigrated
+    from lockgate.machine.settings import Settings
+    from lockgate.server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
+    from lockgate.server.operations import configure_logging
 
     overrides: dict[str, Any] = {}
     if host is not None:
@@ -295,12 +297,12 @@ def run_server(
             )
         created = keys.create("local")
     configure_logging(log_format(settings.log_format, sys.stderr))
-    from server.app import create_app
+    from lockgate.server.app import create_app
 
     runtime = None
     if extra_sources:
-        from machine.runtime import Runtime
-        from machine.tools.notes import NotesSource
+        from lockgate.machine.runtime import Runtime
+        from lockgate.machine.tools.notes import NotesSource
 
         runtime = Runtime.create(
             settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
@@ -360,9 +362,9 @@ def log_format(setting: str, stream: Any) -> Literal["text", "json"]:
 
 
 def _keys_for(settings: Any) -> Any:
-    from machine.db.migrate import prepare_database
-    from machine.db.store import SqlStore
-    from server.keys import ApiKeys
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.server.keys import ApiKeys
 
     return ApiKeys(SqlStore(prepare_database(settings)))
 
@@ -370,7 +372,7 @@ def _keys_for(settings: Any) -> Any:
 @app.command("settings")
 def settings_reference() -> None:
     """Print the configuration reference (every environment variable, default, meaning)."""
-    from machine.settings import reference_table
+    from lockgate.machine.settings import reference_table
 
     typer.echo(reference_table(), nl=False)
 
@@ -383,8 +385,8 @@ def db_upgrade() -> None:
     only by this command, so an operator decides when a shared schema changes."""
     from pydantic import ValidationError
 
-    from machine.db.migrate import MigrationFailed, upgrade_database
-    from machine.settings import Settings
+    from lockgate.machine.db.migrate import MigrationFailed, upgrade_database
+    from lockgate.machine.settings import Settings
 
     try:
         settings = Settings()

@@ -39,9 +39,9 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from machine.db.schema import Session
-from machine.sessions import Sessions
-from server.event_store import ReplayLogs
+from lockgate.machine.db.schema import Session
+from lockgate.machine.sessions import Sessions
+from lockgate.server.event_store import ReplayLogs
 
 log = logging.getLogger("lockgate.sessions")
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 
-from machine.settings import Settings
-from server.auth import ASGIApp, Message, Receive, Scope, Send
+from lockgate.machine.settings import Settings
+from lockgate.server.auth import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]

@@ -9,9 +9,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from machine.db.schema import ApiKey, Principal
-from machine.db.store import SqlStore
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.db.schema import ApiKey, Principal
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 KEY_PREFIX = "lg_"
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")

@@ -16,17 +16,17 @@ from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.policy import DECISION_WORDS, Policy, PolicyDecision
-from machine.sessions import request_key
-from machine.tools.registry import ToolRegistry, ToolSpec
-from machine.views import ExecutionView
-from server import shapes
-from server.auth import current_principal
-from server.operations import log_execution_id, log_session_id
-from server.runner import ExecutionRunner
-from server.session_gate import stream_ready
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
+from lockgate.machine.sessions import request_key
+from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
+from lockgate.machine.views import ExecutionView
+from lockgate.server import shapes
+from lockgate.server.auth import current_principal
+from lockgate.server.operations import log_execution_id, log_session_id
+from lockgate.server.runner import ExecutionRunner
+from lockgate.server.session_gate import stream_ready
 
 log = logging.getLogger("lockgate.mcp")
 

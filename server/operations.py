@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from machine.records import Change
-from machine.runtime import Runtime
-from server.auth import bearer_token
-from server.keys import ApiKeys
+from lockgate.machine.records import Change
+from lockgate.machine.runtime import Runtime
+from lockgate.server.auth import bearer_token
+from lockgate.server.keys import ApiKeys
 
 APPROVAL_PATH = re.compile(r"/approve/[^/?\s\"']+")
 

@@ -28,13 +28,13 @@ from typing import Any, TypeVar
 from anyio import to_thread
 from pydantic import JsonValue
 
-from machine.db.store import StoreWrite
-from machine.engine import Action
-from machine.execution_errors import LimitReached
-from machine.runtime import Runtime
-from machine.views import ExecutionView
-from server.shapes import Running
-from spec import ExecutionStatus as E
+from lockgate.machine.db.store import StoreWrite
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import LimitReached
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.views import ExecutionView
+from lockgate.server.shapes import Running
+from lockgate.spec import ExecutionStatus as E
 
 T = TypeVar("T")
 #: How often `wait` looks at an execution another thread or instance is running.

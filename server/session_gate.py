@@ -27,9 +27,9 @@ from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
-from machine.records import Record
-from machine.sessions import Sessions, acknowledged_reports, report_event_ids
-from server.auth import (
+from lockgate.machine.records import Record
+from lockgate.machine.sessions import Sessions, acknowledged_reports, report_event_ids
+from lockgate.server.auth import (
     OVER_LIMIT,
     Message,
     Receive,

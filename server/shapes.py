@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import mcp_types as types
 from pydantic import JsonValue
 
-from machine.errors import LockgateError
-from machine.views import ExecutionView
-from spec import ExecutionStatus as E
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.views import ExecutionView
+from lockgate.spec import ExecutionStatus as E
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def error_status(err: LockgateError) -> str:
 
 def _lifecycle_status(err: LockgateError) -> str | None:
     """The execution's own status, when the error says what it is."""
-    from machine.execution_errors import (
+    from lockgate.machine.execution_errors import (
         ExecutionAlreadySettled,
         ExecutionExpired,
         ExecutionInterrupted,
@@ -152,7 +152,7 @@ def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolRe
             error=True,
         )
     # cancelled, expired, interrupted: final, and not a result.
-    from machine.execution_errors import (
+    from lockgate.machine.execution_errors import (
         ExecutionAlreadySettled,
         ExecutionExpired,
         ExecutionInterrupted,

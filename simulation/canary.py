@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from machine.policy import PolicyDecision
-from machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
 
 SOURCE = "canary"
 TOKEN_SECRET = "canary_token"

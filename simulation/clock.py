@@ -18,15 +18,15 @@ from datetime import datetime, timedelta
 
 from sqlmodel import select
 
-from machine.db.schema import Execution, Instance
-from machine.engine import Action
-from machine.execution_errors import ExecutionExpired
-from machine.runtime import Runtime
-from simulation.concurrency import STALLED_CODE, Held, instance
-from simulation.world import Client, ScenarioFailed, expect
-from spec import CrashPoint
-from spec import ExecutionStatus as E
-from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
+from lockgate.machine.db.schema import Execution, Instance
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionExpired
+from lockgate.machine.runtime import Runtime
+from lockgate.simulation.concurrency import STALLED_CODE, Held, instance
+from lockgate.simulation.world import Client, ScenarioFailed, expect
+from lockgate.spec import CrashPoint
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
 
 TICK = timedelta(microseconds=1)
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'

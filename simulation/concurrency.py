@@ -17,13 +17,13 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.faults import GATE_LIMIT_SECS, Gate, InjectedCrash
-from machine.runtime import Runtime
-from simulation.world import Client, ScenarioFailed
-from spec import CrashPoint
-from spec import ExecutionStatus as E
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.faults import GATE_LIMIT_SECS, Gate, InjectedCrash
+from lockgate.machine.runtime import Runtime
+from lockgate.simulation.world import Client, ScenarioFailed
+from lockgate.spec import CrashPoint
+from lockgate.spec import ExecutionStatus as E
 
 #: An auto-approved write (policy `notes.write=approve`, so it is not idempotent) and then an
 #: idempotent read: a stall anywhere in it leaves something recovery must decide on.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from machine.sessions import Sessions, acknowledged_reports, report_event_ids
+from lockgate.machine.sessions import Sessions, acknowledged_reports, report_event_ids
 
 #: The stream id the SDK gives a session's listening GET (its events are `<this>:<token>`).
 LISTENING_STREAM = "_GET_stream"

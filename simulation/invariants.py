@@ -15,10 +15,17 @@ from pydantic import JsonValue
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from machine.db.schema import Execution, Instance, OwedRequest, ToolCall, TransitionLog, metadata
-from machine.db.schema import Session as SessionRow
-from simulation.inbox import Inbox
-from spec import (
+from lockgate.machine.db.schema import (
+    Execution,
+    Instance,
+    OwedRequest,
+    ToolCall,
+    TransitionLog,
+    metadata,
+)
+from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.simulation.inbox import Inbox
+from lockgate.spec import (
     COMPOSITIONS,
     MACHINES,
     ExecutionStatus,
@@ -27,8 +34,8 @@ from spec import (
     SessionStatus,
     ToolCallStatus,
 )
-from spec.session_lease import LeasePolicy
-from spec.traces import LoggedStep, check_trace
+from lockgate.spec.session_lease import LeasePolicy
+from lockgate.spec.traces import LoggedStep, check_trace
 
 INVARIANTS = (
     "no execution is non-terminal without a live owner or a durable wait",

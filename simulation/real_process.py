@@ -29,18 +29,18 @@ from typing import IO
 
 import httpx2
 
-from machine.db.connect import open_engine
-from machine.db.migrate import upgrade
-from machine.db.store import SqlStore
-from machine.tools.notes import NotesSource
-from server.keys import ApiKeys
-from simulation.canary import TOKEN_SECRET as CANARY_TOKEN
-from simulation.invariants import CallLists, Violation, calls_made, check_all, history
-from simulation.ports import free_port
-from simulation.scenarios import Scenario, ScenarioFailed
-from simulation.sweep import RunResult
-from simulation.world import CANARY
-from spec import CrashPoint
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.migrate import upgrade
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.server.keys import ApiKeys
+from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
+from lockgate.simulation.invariants import CallLists, Violation, calls_made, check_all, history
+from lockgate.simulation.ports import free_port
+from lockgate.simulation.scenarios import Scenario, ScenarioFailed
+from lockgate.simulation.sweep import RunResult
+from lockgate.simulation.world import CANARY
+from lockgate.spec import CrashPoint
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RESTARTS = 3
@@ -80,7 +80,7 @@ class ServerProcess:
         self.name = name
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simulation.serve", "--port", str(self.port)],
+            [sys.executable, "-m", "lockgate.simulation.serve", "--port", str(self.port)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -289,7 +289,7 @@ def run_in_process(
     baseline: CallLists | None = None,
 ) -> RunResult:
     """One scenario against real `lockgate serve` processes, SIGKILLed at `point`."""
-    from simulation.remote import RemoteClient, remote_drive
+    from lockgate.simulation.remote import RemoteClient, remote_drive
 
     drive = remote_drive(scenario)
     trace: list[str] = []
@@ -400,7 +400,7 @@ def plan_runs(
     no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`), and so
     are those with several instances unless `database_url` gives each run a database of a
     server (PostgreSQL): on SQLite they run in process only."""
-    from simulation.remote import NO_CLIENT_DOOR, SEVERAL_INSTANCES
+    from lockgate.simulation.remote import NO_CLIENT_DOOR, SEVERAL_INSTANCES
 
     rng = random.Random(seed)
     pool = [

@@ -11,24 +11,24 @@ real processes: `simulation.remote_single` (one instance: deadlines, restarts, d
 
 from __future__ import annotations
 
-from simulation.remote_client import RemoteClient, RemoteDrive, RemoteView
-from simulation.remote_ledger import (
+from lockgate.simulation.remote_client import RemoteClient, RemoteDrive, RemoteView
+from lockgate.simulation.remote_ledger import (
     session_closed,
     session_expires,
     session_lease,
     session_requests,
     stream_lost,
 )
-from simulation.remote_session import SessionClient, SessionGone
-from simulation.remote_several import one_decision_twice, stalled
-from simulation.remote_single import (
+from lockgate.simulation.remote_session import SessionClient, SessionGone
+from lockgate.simulation.remote_several import one_decision_twice, stalled
+from lockgate.simulation.remote_single import (
     approval_expires,
     drain_while_running,
     graceful_shutdown,
     leaky_tools,
     resume_after_restart,
 )
-from simulation.scenarios import CATALOG, Scenario
+from lockgate.simulation.scenarios import CATALOG, Scenario
 
 # What the real-process runner and the tests import from here.
 __all__ = [

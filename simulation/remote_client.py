@@ -20,19 +20,19 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import JsonValue
 from sqlmodel import Session, select
 
-from machine.db.schema import Execution, Instance
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.execution_errors import (
+from lockgate.machine.db.schema import Execution, Instance
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
     ExecutionNotFound,
 )
-from simulation.inbox import Inbox
-from simulation.real_process import Deployment, ProcessKilled, ServerProcess, until
-from simulation.world import ScenarioFailed
-from spec import ExecutionStatus as E
+from lockgate.simulation.inbox import Inbox
+from lockgate.simulation.real_process import Deployment, ProcessKilled, ServerProcess, until
+from lockgate.simulation.world import ScenarioFailed
+from lockgate.spec import ExecutionStatus as E
 
 #: The statuses an execution ends in, which the drives wait for.
 SETTLED = (E.COMPLETED, E.INTERRUPTED, E.FAILED)

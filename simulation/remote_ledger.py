@@ -15,12 +15,12 @@ from collections.abc import Callable
 import httpx2
 from sqlmodel import Session, select
 
-from machine.db.schema import OwedRequest
-from machine.db.schema import Session as SessionRow
-from simulation.real_process import ProcessKilled
-from simulation.remote_client import RemoteClient, wait
-from simulation.remote_session import SessionClient, SessionGone, compute_code
-from simulation.world import ScenarioFailed, expect
+from lockgate.machine.db.schema import OwedRequest
+from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.simulation.real_process import ProcessKilled
+from lockgate.simulation.remote_client import RemoteClient, wait
+from lockgate.simulation.remote_session import SessionClient, SessionGone, compute_code
+from lockgate.simulation.world import ScenarioFailed, expect
 
 
 def _session(client: RemoteClient) -> SessionClient:

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx2
 
-from machine.sessions import acknowledged_reports
-from simulation.inbox import Inbox
-from simulation.real_process import ProcessKilled
-from simulation.remote_client import RemoteClient, died
-from simulation.world import ScenarioFailed
+from lockgate.machine.sessions import acknowledged_reports
+from lockgate.simulation.inbox import Inbox
+from lockgate.simulation.real_process import ProcessKilled
+from lockgate.simulation.remote_client import RemoteClient, died
+from lockgate.simulation.world import ScenarioFailed
 
 PROTOCOL = "2025-11-25"
 

@@ -13,15 +13,21 @@ from collections.abc import Callable
 
 import httpx2
 
-from machine.engine import Action
-from machine.errors import LockgateError
-from simulation.concurrency import STALLED_CODE
-from simulation.real_process import ProcessKilled, ServerProcess, until
-from simulation.remote_client import SETTLED, RemoteClient, RemoteDrive, RemoteView, stored_status
-from simulation.scenario_steps import WRITE_THEN_READ, started
-from simulation.world import ScenarioFailed, expect
-from spec import CrashPoint
-from spec import ExecutionStatus as E
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.simulation.concurrency import STALLED_CODE
+from lockgate.simulation.real_process import ProcessKilled, ServerProcess, until
+from lockgate.simulation.remote_client import (
+    SETTLED,
+    RemoteClient,
+    RemoteDrive,
+    RemoteView,
+    stored_status,
+)
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, started
+from lockgate.simulation.world import ScenarioFailed, expect
+from lockgate.spec import CrashPoint
+from lockgate.spec import ExecutionStatus as E
 
 
 def _other(client: RemoteClient, name: str) -> ServerProcess:

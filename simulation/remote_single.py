@@ -15,15 +15,15 @@ from collections.abc import Callable
 
 from sqlmodel import Session, select
 
-from machine.db.schema import Execution, ToolCall
-from machine.engine import Action
-from simulation.canary import LEAKING_CODE
-from simulation.remote_client import SETTLED, RemoteClient, stored_status, wait
-from simulation.scenario_drains import spin_code
-from simulation.scenario_steps import WRITE_THEN_READ, decide, started
-from simulation.scenarios import by_name
-from simulation.world import expect
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.engine import Action
+from lockgate.simulation.canary import LEAKING_CODE
+from lockgate.simulation.remote_client import SETTLED, RemoteClient, stored_status, wait
+from lockgate.simulation.scenario_drains import spin_code
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.scenarios import by_name
+from lockgate.simulation.world import expect
+from lockgate.spec import ExecutionStatus as E
 
 
 def approval_expires(client: RemoteClient) -> None:

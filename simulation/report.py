@@ -6,9 +6,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from simulation.invariants import INVARIANTS
-from simulation.sweep import DRIVEN_MACHINES, RunResult, SweepReport
-from spec import MACHINES, CrashPoint, every_crash_point
+from lockgate.simulation.invariants import INVARIANTS
+from lockgate.simulation.sweep import DRIVEN_MACHINES, RunResult, SweepReport
+from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 
 
 def _abbreviate(names: Iterable[str], width: int = 60) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 import time
 
-from machine.dispatcher import ExecutionRecord
-from machine.records import Change
-from machine.runtime import Runtime
-from simulation.scenario_steps import started
-from simulation.world import Client, ScenarioFailed, expect
-from spec import ExecutionStatus as E
+from lockgate.machine.dispatcher import ExecutionRecord
+from lockgate.machine.records import Change
+from lockgate.machine.runtime import Runtime
+from lockgate.simulation.scenario_steps import started
+from lockgate.simulation.world import Client, ScenarioFailed, expect
+from lockgate.spec import ExecutionStatus as E
 
 #: Pure computation after one call, for a drain to catch running: the next owner goes on
 #: from the checkpoint at the call (its result replayed from the journal) and runs the loop

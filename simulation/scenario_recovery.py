@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from machine.engine import Action
-from simulation.scenario_steps import WRITE_THEN_READ, decide, started
-from simulation.world import Client, expect
-from spec import ExecutionStatus as E
+from lockgate.machine.engine import Action
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.world import Client, expect
+from lockgate.spec import ExecutionStatus as E
 
 
 def resume_after_restart(client: Client) -> None:

@@ -11,12 +11,12 @@ import contextlib
 import threading
 from datetime import timedelta
 
-from machine.engine import Action
-from machine.execution_errors import ExecutionAlreadySettled
-from simulation.canary import LEAKING_CODE
-from simulation.scenario_steps import WRITE_THEN_READ, decide, started
-from simulation.world import Client, expect
-from spec import ExecutionStatus as E
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionAlreadySettled
+from lockgate.simulation.canary import LEAKING_CODE
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.world import Client, expect
+from lockgate.spec import ExecutionStatus as E
 
 CATCH_DECLINE = (
     "try:\n    tools.notes.delete(key='k')\n    said = 'deleted'\n"

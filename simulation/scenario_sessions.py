@@ -10,9 +10,9 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from machine.sessions import request_key
-from simulation.inbox import Inbox, collect
-from simulation.world import Client, expect
+from lockgate.machine.sessions import request_key
+from lockgate.simulation.inbox import Inbox, collect
+from lockgate.simulation.world import Client, expect
 
 
 def _session(client: Client) -> str:

@@ -8,14 +8,14 @@ as final. Both work on the in-process client and on `simulation.remote_client.Re
 
 from __future__ import annotations
 
-from machine.engine import Action
-from machine.execution_errors import (
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
 )
-from machine.views import ExecutionView
-from simulation.world import Client
+from lockgate.machine.views import ExecutionView
+from lockgate.simulation.world import Client
 
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
 

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
-from simulation.concurrency import (
+from lockgate.simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
+from lockgate.simulation.concurrency import (
     one_decision_twice,
     stalled_at,
     two_recoverers,
     woken_before_recovery_commits,
 )
-from simulation.scenario_drains import (
+from lockgate.simulation.scenario_drains import (
     SPIN_CODE,
     SPIN_ITERATIONS,
     drain_mid_run,
@@ -36,14 +36,14 @@ from simulation.scenario_drains import (
     graceful_shutdown,
     spin_code,
 )
-from simulation.scenario_recovery import (
+from lockgate.simulation.scenario_recovery import (
     conservative_recovery,
     in_doubt_idempotent,
     in_doubt_non_idempotent,
     lease_takeover,
     resume_after_restart,
 )
-from simulation.scenario_runs import (
+from lockgate.simulation.scenario_runs import (
     approval_accepted,
     approval_cancelled,
     approval_declined,
@@ -57,14 +57,14 @@ from simulation.scenario_runs import (
     plain,
     several_calls,
 )
-from simulation.scenario_sessions import (
+from lockgate.simulation.scenario_sessions import (
     session_closed,
     session_lease,
     session_requests,
     stream_lost,
 )
-from simulation.scenario_steps import WRITE_THEN_READ, decide, started
-from simulation.world import Client, ScenarioFailed, expect
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.world import Client, ScenarioFailed, expect
 
 # What other modules import from here (the drain's spinning code and steps for the harness
 # and older imports), besides the catalog itself.

@@ -16,8 +16,8 @@ import sys
 
 import typer
 
-from server.cli import run_server
-from simulation.canary import CanarySource
+from lockgate.server.cli import run_server
+from lockgate.simulation.canary import CanarySource
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from machine.faults import Faults, InjectedCrash
-from machine.runtime import Runtime
-from simulation.invariants import CallLists, Violation, calls_made, check_all, history
-from simulation.scenarios import CATALOG, Scenario, ScenarioFailed
-from simulation.world import CANARY, Client, LogCapture, World
-from spec import MACHINES, CrashPoint, every_crash_point
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.runtime import Runtime
+from lockgate.simulation.invariants import CallLists, Violation, calls_made, check_all, history
+from lockgate.simulation.scenarios import CATALOG, Scenario, ScenarioFailed
+from lockgate.simulation.world import CANARY, Client, LogCapture, World
+from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 
 #: Crash plans go this deep: a crash, then one crash during its recovery.
 MAX_DEPTH = 2
@@ -225,7 +225,7 @@ def _record(report: SweepReport, result: RunResult) -> None:
 
 
 def _sweep_by_name(name: str, only: tuple[CrashPoint, ...] | None) -> list[RunResult]:
-    from simulation.scenarios import by_name
+    from lockgate.simulation.scenarios import by_name
 
     return list(_sweep_scenario(by_name(name), only, lambda: None))
 

@@ -17,17 +17,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from machine.db.connect import open_engine
-from machine.db.migrate import upgrade
-from machine.engine import Action
-from machine.faults import Faults
-from machine.runtime import Runtime
-from machine.secrets import StaticSecrets
-from machine.settings import Settings
-from machine.tools.notes import NotesSource
-from machine.views import ExecutionView
-from simulation.canary import TOKEN_SECRET as CANARY_TOKEN
-from simulation.canary import CanarySource
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.migrate import upgrade
+from lockgate.machine.engine import Action
+from lockgate.machine.faults import Faults
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.secrets import StaticSecrets
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.views import ExecutionView
+from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
+from lockgate.simulation.canary import CanarySource
 
 #: Passed to the notes tools and the leaking canary tools at dispatch; it must never appear
 #: in any record or log.

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spec.checks import Bindings, Rule, SpecInvalid, SpecViolation, check
-from spec.composition import EXECUTION_WITH_TOOL_CALL
-from spec.crash_points import CrashPoint, crash_points, creation_points, every_crash_point
-from spec.execution import EXECUTION, ExecutionStatus
-from spec.instance import INSTANCE, InstanceStatus
-from spec.model import Composition, MachineSpec, StateSpec, TransitionKind, TransitionSpec
-from spec.owed_request import OWED_REQUEST, OwedRequestStatus
-from spec.session import SESSION, SessionStatus
-from spec.tool_call import TOOL_CALL, ToolCallStatus
+from lockgate.spec.checks import Bindings, Rule, SpecInvalid, SpecViolation, check
+from lockgate.spec.composition import EXECUTION_WITH_TOOL_CALL
+from lockgate.spec.crash_points import CrashPoint, crash_points, creation_points, every_crash_point
+from lockgate.spec.execution import EXECUTION, ExecutionStatus
+from lockgate.spec.instance import INSTANCE, InstanceStatus
+from lockgate.spec.model import Composition, MachineSpec, StateSpec, TransitionKind, TransitionSpec
+from lockgate.spec.owed_request import OWED_REQUEST, OwedRequestStatus
+from lockgate.spec.session import SESSION, SessionStatus
+from lockgate.spec.tool_call import TOOL_CALL, ToolCallStatus
 
 MACHINES: Mapping[str, MachineSpec] = {
     m.name: m for m in (EXECUTION, TOOL_CALL, SESSION, OWED_REQUEST, INSTANCE)

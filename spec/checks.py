@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from spec.model import MachineSpec, TransitionKind, TransitionSpec
+from lockgate.spec.model import MachineSpec, TransitionKind, TransitionSpec
 
 
 class Rule(StrEnum):

@@ -7,9 +7,9 @@ with these joint steps and the `requires` constraints, and crashes it at every p
 
 from __future__ import annotations
 
-from spec.execution import ExecutionStatus as E
-from spec.model import Composition, JointStep
-from spec.tool_call import ToolCallStatus as C
+from lockgate.spec.execution import ExecutionStatus as E
+from lockgate.spec.model import Composition, JointStep
+from lockgate.spec.tool_call import ToolCallStatus as C
 
 _CALL_SETTLED = (C.SUCCEEDED, C.FAILED, C.DECLINED, C.BLOCKED, C.EXPIRED, C.WITHDRAWN, C.IN_DOUBT)
 

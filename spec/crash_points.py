@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec.model import EffectTiming, MachineSpec, Phase, TransitionSpec
+from lockgate.spec.model import EffectTiming, MachineSpec, Phase, TransitionSpec
 
 
 @dataclass(frozen=True, order=True)

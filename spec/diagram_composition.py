@@ -7,8 +7,8 @@ says how they move together.
 
 from __future__ import annotations
 
-from spec.diagram_markdown import code_list, table_row
-from spec.model import Composition
+from lockgate.spec.diagram_markdown import code_list, table_row
+from lockgate.spec.model import Composition
 
 
 def composition_section(comp: Composition) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from spec.diagram_style import (
+from lockgate.spec.diagram_style import (
     APPROVAL,
     COLORS,
     COMMAND,
@@ -23,7 +23,7 @@ from spec.diagram_style import (
     state_kind,
     timing_text,
 )
-from spec.model import MachineSpec, StateSpec, TransitionKind, TransitionSpec
+from lockgate.spec.model import MachineSpec, StateSpec, TransitionKind, TransitionSpec
 
 #: The marker of the initial state, in every diagram and in the legend: a small black point.
 INITIAL_POINT: tuple[tuple[str, str], ...] = (("shape", "point"), ("width", "0.2"), ("label", ""))

@@ -7,7 +7,7 @@ diagram carries only its own states and edges.
 
 from __future__ import annotations
 
-from spec.diagram_dot import (
+from lockgate.spec.diagram_dot import (
     INITIAL_POINT,
     attr_list,
     default_attrs,
@@ -17,8 +17,8 @@ from spec.diagram_dot import (
     kind_style,
     quote,
 )
-from spec.diagram_markdown import bullet
-from spec.diagram_style import (
+from lockgate.spec.diagram_markdown import bullet
+from lockgate.spec.diagram_style import (
     APPROVAL,
     COLORS,
     COMMAND,

@@ -7,10 +7,10 @@ that are notable), so the README is where every state, edge and crash point can 
 
 from __future__ import annotations
 
-from spec.crash_points import CrashPoint, creation_points, every_crash_point
-from spec.diagram_markdown import code_list, table_row
-from spec.diagram_mermaid import render_mermaid
-from spec.diagram_style import (
+from lockgate.spec.crash_points import CrashPoint, creation_points, every_crash_point
+from lockgate.spec.diagram_markdown import code_list, table_row
+from lockgate.spec.diagram_mermaid import render_mermaid
+from lockgate.spec.diagram_style import (
     APPROVAL,
     CRASH,
     RECOVERY,
@@ -18,7 +18,7 @@ from spec.diagram_style import (
     state_kinds,
     timing_text,
 )
-from spec.model import MachineSpec, TransitionKind
+from lockgate.spec.model import MachineSpec, TransitionKind
 
 
 def _crash_point_section(spec: MachineSpec) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from spec.diagram_style import (
+from lockgate.spec.diagram_style import (
     APPROVAL,
     COLORS,
     COMMAND,
@@ -21,7 +21,7 @@ from spec.diagram_style import (
     merge_id,
     state_kind,
 )
-from spec.model import MachineSpec, TransitionSpec
+from lockgate.spec.model import MachineSpec, TransitionSpec
 
 #: What a Mermaid label may hold: GitHub's Mermaid cuts a transition label at `:` or `;`,
 #: treats `#`/`%%` specially and has keywords of its own, so labels keep to a safe alphabet.

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spec.crash_points import phases
-from spec.model import Otherwise, Phase, StateSpec, TransitionKind, TransitionSpec
+from lockgate.spec.crash_points import phases
+from lockgate.spec.model import Otherwise, Phase, StateSpec, TransitionKind, TransitionSpec
 
 #: The command that regenerates the diagrams folder; every generated file and drift message
 #: names it.

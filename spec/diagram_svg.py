@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 
-from spec.diagram_style import COMMAND
+from lockgate.spec.diagram_style import COMMAND
 
 _SVG_STAMP = re.compile(rb"<!-- lockgate-dot-sha256: ([0-9a-f]{64}) -->")
 

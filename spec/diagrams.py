@@ -33,12 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec import COMPOSITIONS, MACHINES
-from spec.diagram_dot import edge_label_lines, render_dot
-from spec.diagram_legend import CRASH_LABEL_RULE, LEGEND, render_legend_dot
-from spec.diagram_mermaid import mermaid_label, render_mermaid
-from spec.diagram_readme import README_MARKER, render_readme
-from spec.diagram_style import (
+from lockgate.spec import COMPOSITIONS, MACHINES
+from lockgate.spec.diagram_dot import edge_label_lines, render_dot
+from lockgate.spec.diagram_legend import CRASH_LABEL_RULE, LEGEND, render_legend_dot
+from lockgate.spec.diagram_mermaid import mermaid_label, render_mermaid
+from lockgate.spec.diagram_readme import README_MARKER, render_readme
+from lockgate.spec.diagram_style import (
     APPROVAL,
     COLORS,
     COMMAND,
@@ -59,8 +59,8 @@ from spec.diagram_style import (
     state_kinds,
     timing_text,
 )
-from spec.diagram_svg import GraphvizMissing, dot_digest, render_svg, svg_stamp
-from spec.model import Composition, MachineSpec
+from lockgate.spec.diagram_svg import GraphvizMissing, dot_digest, render_svg, svg_stamp
+from lockgate.spec.model import Composition, MachineSpec
 
 __all__ = [
     "APPROVAL",

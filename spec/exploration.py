@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spec.crash_points import phases
-from spec.model import EffectTiming, MachineSpec, Otherwise, Phase, TransitionSpec
+from lockgate.spec.crash_points import phases
+from lockgate.spec.model import EffectTiming, MachineSpec, Otherwise, Phase, TransitionSpec
 
 INVARIANTS = (
     "no state is stranded after recovery",

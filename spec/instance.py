@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from spec.model import MachineSpec, StateSpec, TransitionKind, TransitionSpec, recover_by
+from lockgate.spec.model import MachineSpec, StateSpec, TransitionKind, TransitionSpec, recover_by
 
 
 class InstanceStatus(StrEnum):

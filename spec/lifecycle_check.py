@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from spec.crash_points import phases
-from spec.exploration import (
+from lockgate.spec.crash_points import phases
+from lockgate.spec.exploration import (
     Explorer,
     Move,
     Report,
@@ -22,7 +22,7 @@ from spec.exploration import (
     recovery_outcomes,
     satisfiable,
 )
-from spec.model import MachineSpec, TransitionKind, TransitionSpec
+from lockgate.spec.model import MachineSpec, TransitionKind, TransitionSpec
 
 
 @dataclass(frozen=True, order=True)

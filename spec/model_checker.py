@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spec.exploration import (
+from lockgate.spec.exploration import (
     INVARIANTS,
     RecoveryOutcome,
     Report,
@@ -40,9 +40,15 @@ from spec.exploration import (
     Violation,
     recovery_outcomes,
 )
-from spec.lifecycle_check import Single, check_machine
-from spec.model import Composition, MachineSpec
-from spec.product_check import MAX_CALLS, NO_CALL, PRODUCT_INVARIANTS, Pair, check_composition
+from lockgate.spec.lifecycle_check import Single, check_machine
+from lockgate.spec.model import Composition, MachineSpec
+from lockgate.spec.product_check import (
+    MAX_CALLS,
+    NO_CALL,
+    PRODUCT_INVARIANTS,
+    Pair,
+    check_composition,
+)
 
 __all__ = [
     "INVARIANTS",

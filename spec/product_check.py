@@ -16,8 +16,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from spec.crash_points import phases
-from spec.exploration import (
+from lockgate.spec.crash_points import phases
+from lockgate.spec.exploration import (
     INVARIANTS,
     Explorer,
     Move,
@@ -29,7 +29,7 @@ from spec.exploration import (
     recovery_outcomes,
     satisfiable,
 )
-from spec.model import Composition, MachineSpec, TransitionKind, TransitionSpec
+from lockgate.spec.model import Composition, MachineSpec, TransitionKind, TransitionSpec
 
 PRODUCT_INVARIANTS = (
     *INVARIANTS,

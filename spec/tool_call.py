@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from spec.model import (
+from lockgate.spec.model import (
     EffectTiming,
     ExternalEffect,
     MachineSpec,

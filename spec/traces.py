@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spec.model import Composition, MachineSpec
+from lockgate.spec.model import Composition, MachineSpec
 
 
 @dataclass(frozen=True)

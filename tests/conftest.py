@@ -41,8 +41,8 @@ def traces_follow_the_model(request: pytest.FixtureRequest) -> Iterator[None]:
 def _trace_problems_of(url: str) -> list[str]:
     from sqlalchemy import inspect
 
-    from machine.db.connect import open_engine
-    from simulation.invariants import trace_problems
+    from lockgate.machine.db.connect import open_engine
+    from lockgate.simulation.invariants import trace_problems
 
     engine = open_engine(url)
     try:
@@ -74,8 +74,8 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def postgres_template(postgres_server: PostgresServer) -> str:
-    from machine.db.connect import open_engine
-    from machine.db.migrate import upgrade
+    from lockgate.machine.db.connect import open_engine
+    from lockgate.machine.db.migrate import upgrade
 
     name = postgres_server.create_database()
     engine = open_engine(postgres_server.url(name))
@@ -97,10 +97,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Build runtimes on the test's database (several = several instances or restarts)."""
-    from machine.runtime import Runtime
-    from machine.secrets import StaticSecrets
-    from machine.settings import Settings
-    from machine.tools.notes import NotesSource
+    from lockgate.machine.runtime import Runtime
+    from lockgate.machine.secrets import StaticSecrets
+    from lockgate.machine.settings import Settings
+    from lockgate.machine.tools.notes import NotesSource
 
     made: list[Runtime] = []
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from machine.runtime import Runtime
+from lockgate.machine.runtime import Runtime
 from tests.support.canary import CANARY
 from tests.test_approval_page import PRINCIPAL, WRITE_NOTE, Served, mcp_execute, serve
 

@@ -24,11 +24,11 @@ import httpx2
 import pytest
 import uvicorn
 
-from machine.runtime import Runtime
-from machine.views import ExecutionView
-from server.app import create_app
-from server.approval_tokens import ApprovalTokens
-from server.keys import ApiKeys
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.views import ExecutionView
+from lockgate.server.app import create_app
+from lockgate.server.approval_tokens import ApprovalTokens
+from lockgate.server.keys import ApiKeys
 from tests.support.canary import CANARY
 from tests.support.polling import wait_for as wait_until
 

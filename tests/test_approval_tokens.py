@@ -28,25 +28,25 @@ from pydantic import SecretStr, ValidationError
 from sqlalchemy import inspect, text
 from sqlmodel import col, select
 
-from machine.db.approval_token_queries import ApprovalTokenUsed, UseApprovalToken
-from machine.db.connect import open_engine
-from machine.db.migrate import alembic_config, upgrade
-from machine.db.schema import ApprovalToken, Execution, TransitionLog
-from machine.db.store import SqlStore
-from machine.errors import Conflict
-from machine.faults import Faults
-from machine.records import Change
-from machine.runtime import Runtime
-from machine.settings import Settings, reference_table
-from server.approval_tokens import (
+from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed, UseApprovalToken
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.migrate import alembic_config, upgrade
+from lockgate.machine.db.schema import ApprovalToken, Execution, TransitionLog
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import Conflict
+from lockgate.machine.faults import Faults
+from lockgate.machine.records import Change
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.settings import Settings, reference_table
+from lockgate.server.approval_tokens import (
     ApprovalTokens,
     LinkKeys,
     SigningKeyFileInvalid,
     TokenRefused,
     link_keys,
 )
-from server.keys import ApiKeys
-from spec.crash_points import CrashPoint
+from lockgate.server.keys import ApiKeys
+from lockgate.spec.crash_points import CrashPoint
 from tests.support.servers import listening, make_deployment, new_database_url
 from tests.test_approval_page import (
     JSON,

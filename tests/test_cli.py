@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import server.cli as cli
-from spec import EXECUTION, MACHINES
+import lockgate.server.cli as cli
+from lockgate.spec import EXECUTION, MACHINES
 from tests.support.spec_factories import with_states
 
 runner = CliRunner()
@@ -38,7 +38,7 @@ def test_model_check_prints_counts_and_passes() -> None:
 
 def test_diagrams_check_detects_drift(tmp_path: Path) -> None:
     copy = tmp_path / "diagrams"
-    shutil.copytree(cli.DEFAULT_DIAGRAMS, copy)
+    shutil.copytree(Path(__file__).resolve().parent.parent / cli.DEFAULT_DIAGRAMS, copy)
     assert runner.invoke(cli.app, ["diagrams", "--check", "--out", str(copy)]).exit_code == 0
     (copy / "session.mmd").write_text("stateDiagram-v2\n", encoding="utf-8")
     result = runner.invoke(cli.app, ["diagrams", "--check", "--out", str(copy)])
@@ -52,7 +52,7 @@ def test_usage_errors_exit_with_2() -> None:
 
 
 def test_the_readme_settings_table_matches_the_settings_model() -> None:
-    from machine.settings import reference_table
+    from lockgate.machine.settings import reference_table
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
@@ -79,7 +79,7 @@ def test_db_upgrade_migrates_and_reports_errors_clearly(
 def test_json_logs_never_carry_approval_tokens() -> None:
     import logging
 
-    from server.operations import JsonLogFormatter
+    from lockgate.server.operations import JsonLogFormatter
 
     record = logging.LogRecord(
         "uvicorn.access",
@@ -97,7 +97,7 @@ def test_json_logs_never_carry_approval_tokens() -> None:
 def test_settings_come_from_the_environment_and_an_optional_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from machine.settings import Settings
+    from lockgate.machine.settings import Settings
 
     config = tmp_path / "lockgate.env"
     config.write_text("LOCKGATE_PORT=9123\nLOCKGATE_APPROVAL_TTL=60\n", encoding="utf-8")

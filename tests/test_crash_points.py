@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spec import EXECUTION, OWED_REQUEST, TOOL_CALL, CrashPoint, crash_points
-from spec.crash_points import phases
-from spec.model import EffectTiming, ExternalEffect, TransitionSpec
+from lockgate.spec import EXECUTION, OWED_REQUEST, TOOL_CALL, CrashPoint, crash_points
+from lockgate.spec.crash_points import phases
+from lockgate.spec.model import EffectTiming, ExternalEffect, TransitionSpec
 from tests.support.spec_factories import with_transitions
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from machine.engine import Action
-from machine.runtime import Runtime
-from machine.secrets import EnvironmentSecrets, environment_variable
-from machine.settings import Settings
-from machine.tools.notes import TOKEN_SECRET, NotesSource
-from simulation.ports import free_port
-from spec import ExecutionStatus
+from lockgate.machine.engine import Action
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.secrets import EnvironmentSecrets, environment_variable
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.notes import TOKEN_SECRET, NotesSource
+from lockgate.simulation.ports import free_port
+from lockgate.spec import ExecutionStatus
 from tests.support.servers import (
     LOCKGATE,
     MODES,

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
-import spec
-from spec import diagrams
-from spec.model import EffectTiming, ExternalEffect, MachineSpec, TransitionKind, TransitionSpec
+import lockgate.spec as spec
+from lockgate.spec import diagrams
+from lockgate.spec.model import (
+    EffectTiming,
+    ExternalEffect,
+    MachineSpec,
+    TransitionKind,
+    TransitionSpec,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "diagrams"

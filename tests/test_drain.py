@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 from sqlmodel import Session, col, select
 
-from machine.db.connect import open_engine
-from machine.db.schema import Execution, ToolCall, TransitionLog
-from machine.runtime import Runtime
-from machine.sandbox import Finished, Sandbox, SandboxLimits, SandboxStopped
-from machine.tools.notes import NotesSource
-from spec import ExecutionStatus as E
-from spec import ToolCallStatus as C
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sandbox import Finished, Sandbox, SandboxLimits, SandboxStopped
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 from tests.support.gate_tool import Gate, GateSource
 from tests.support.polling import wait_for
 from tests.support.servers import (

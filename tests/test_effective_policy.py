@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from machine.policy import Policy, PolicyDecision
-from machine.tools.notes import DELETE, LIST, READ, WRITE
+from lockgate.machine.policy import Policy, PolicyDecision
+from lockgate.machine.tools.notes import DELETE, LIST, READ, WRITE
 from tests.support.servers import (
     MODES,
     Deployment,

@@ -11,24 +11,24 @@ import pytest
 from pydantic import JsonValue
 from sqlmodel import select
 
-from machine.db.schema import Execution, ToolCall, TransitionLog
-from machine.engine import Action
-from machine.errors import Conflict
-from machine.execution_errors import (
+from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import Conflict
+from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
     ExecutionNotFound,
     InvalidExecutionInput,
 )
-from machine.faults import Faults, InjectedCrash
-from machine.policy import PolicyDecision
-from machine.runtime import Runtime
-from machine.sandbox import RuntimeMismatch, seal, unseal
-from machine.tools.notes import NotesSource
-from machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
-from simulation.world import SimClock
-from spec import CrashPoint, ExecutionStatus, ToolCallStatus
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sandbox import RuntimeMismatch, seal, unseal
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
+from lockgate.simulation.world import SimClock
+from lockgate.spec import CrashPoint, ExecutionStatus, ToolCallStatus
 from tests.support.canary import CANARY
 
 MakeRuntime = Callable[..., Runtime]
@@ -646,7 +646,7 @@ def test_the_canary_secret_never_reaches_a_row_a_snapshot_or_a_log(
 
 def database_dump(rt: Runtime) -> str:
     """Every row of every table, as text (bytes decoded loosely so snapshots are searched)."""
-    from machine.db.schema import metadata
+    from lockgate.machine.db.schema import metadata
 
     parts: list[str] = []
     with rt.engine.store.engine.connect() as conn:

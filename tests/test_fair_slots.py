@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from machine.fair_slots import FairSlots
+from lockgate.machine.fair_slots import FairSlots
 
 #: Long enough for any thread here to be scheduled; only reached when a rule is broken.
 TIMEOUT = 10.0

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from machine.faults import Faults
-from machine.runtime import Runtime
-from machine.settings import Settings
-from spec.crash_points import CrashPoint
+from lockgate.machine.faults import Faults
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.settings import Settings
+from lockgate.spec.crash_points import CrashPoint
 from tests.support.servers import make_deployment
 
 HEARTBEAT = "instance:heartbeat:live->live:before_commit"
@@ -56,7 +56,7 @@ def test_the_crash_variables_alone_arm_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("LOCKGATE_CRASH_AT", HEARTBEAT)
-    with caplog.at_level(logging.WARNING, logger="machine.faults"):
+    with caplog.at_level(logging.WARNING, logger="lockgate.machine.faults"):
         runtime = Runtime.create(runtime_settings)
     made.append(runtime)
     runtime.maintain()  # a heartbeat: the point it names, passed without a crash

@@ -58,15 +58,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from machine.faults import Faults
-from machine.records import Record
-from machine.recovery import Recovery
-from machine.sessions import Sessions
-from machine.write_path import Applied, Step
-from simulation.invariants import history
-from simulation.world import World
-from spec import MACHINES, CrashPoint, MachineSpec, TransitionSpec
-from spec import ExecutionStatus as E
+from lockgate.machine.faults import Faults
+from lockgate.machine.records import Record
+from lockgate.machine.recovery import Recovery
+from lockgate.machine.sessions import Sessions
+from lockgate.machine.write_path import Applied, Step
+from lockgate.simulation.invariants import history
+from lockgate.simulation.world import World
+from lockgate.spec import MACHINES, CrashPoint, MachineSpec, TransitionSpec
+from lockgate.spec import ExecutionStatus as E
 from tests.support.harness import (
     APPROVAL_TTL,
     DRIVERS,

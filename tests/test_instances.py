@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from machine.db.schema import Instance
-from machine.instances import InstanceLease
-from machine.runtime import Runtime
+from lockgate.machine.db.schema import Instance
+from lockgate.machine.instances import InstanceLease
+from lockgate.machine.runtime import Runtime
 from tests.support.sessions import FakeClock
 
 MakeRuntime = Callable[..., Runtime]

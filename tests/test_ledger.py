@@ -25,13 +25,13 @@ import httpx2
 import pytest
 from mcp import MCPError
 
-from machine.db.schema import OwedRequest
-from machine.faults import Faults, InjectedCrash
-from machine.runtime import Runtime
-from machine.sessions import request_key
-from server.session_gate import DrainSignal, SessionGate
-from spec import CrashPoint
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import OwedRequest
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import request_key
+from lockgate.server.session_gate import DrainSignal, SessionGate
+from lockgate.spec import CrashPoint
+from lockgate.spec import ExecutionStatus as E
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,
@@ -383,7 +383,7 @@ def test_a_heartbeat_racing_the_drain_still_ends_stopped(
     runtime.close()
     from sqlmodel import Session as DbSession
 
-    from machine.db.schema import Instance
+    from lockgate.machine.db.schema import Instance
 
     with DbSession(runtime.engine.store.engine) as s:
         row = s.get(Instance, instance_id)
@@ -393,7 +393,7 @@ def test_a_heartbeat_racing_the_drain_still_ends_stopped(
 def _executions(runtime: Runtime) -> list[Any]:
     from sqlmodel import select
 
-    from machine.db.schema import Execution
+    from lockgate.machine.db.schema import Execution
 
     with runtime.engine.store.session() as s:
         return list(s.exec(select(Execution)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from machine.runtime import Runtime
+from lockgate.machine.runtime import Runtime
 
 MakeRuntime = Callable[..., Runtime]
 

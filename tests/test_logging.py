@@ -21,10 +21,10 @@ from sqlalchemy import func
 from sqlmodel import Session
 from sqlmodel import select as sql_select
 
-from machine.db.connect import open_engine
-from machine.db.schema import TransitionLog
-from server import operations
-from simulation.ports import free_port
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import TransitionLog
+from lockgate.server import operations
+from lockgate.simulation.ports import free_port
 from tests.support.canary import CANARY
 from tests.support.polling import wait_for
 from tests.support.servers import (

@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import spec
-from machine.bindings import Facts, Guard, MachineBindings
-from machine.errors import Conflict, GuardRefused, IllegalTransition
-from machine.faults import CrashMode, Faults, InjectedCrash
-from machine.machines import LifecycleMachine, build_machines
-from machine.records import Change, Record
-from machine.store import MemoryStore
-from machine.write_path import Step, WritePath
-from spec import CrashPoint
+import lockgate.spec as spec
+from lockgate.machine.bindings import Facts, Guard, MachineBindings
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.faults import CrashMode, Faults, InjectedCrash
+from lockgate.machine.machines import LifecycleMachine, build_machines
+from lockgate.machine.records import Change, Record
+from lockgate.machine.store import MemoryStore
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import CrashPoint
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-import spec
-from spec import COMPOSITIONS, EXECUTION, MACHINES, OWED_REQUEST, TOOL_CALL, crash_points, load
-from spec.model import Otherwise, TransitionKind, TransitionSpec, recover_by
-from spec.model_checker import check_all, check_composition, check_machine
+import lockgate.spec as spec
+from lockgate.spec import (
+    COMPOSITIONS,
+    EXECUTION,
+    MACHINES,
+    OWED_REQUEST,
+    TOOL_CALL,
+    crash_points,
+    load,
+)
+from lockgate.spec.model import Otherwise, TransitionKind, TransitionSpec, recover_by
+from lockgate.spec.model_checker import check_all, check_composition, check_machine
 from tests.support.spec_factories import with_states, with_transitions, without_transition
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import JsonValue
 
-from machine.policy import PolicyDecision
-from machine.tools import NotesSource, ToolContext, ToolFailed, ToolRegistry
-from machine.tools.notes import EFFECTS_FILE, NOTES_FILE
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools import NotesSource, ToolContext, ToolFailed, ToolRegistry
+from lockgate.machine.tools.notes import EFFECTS_FILE, NOTES_FILE
 
 TOKEN = "notes-token-0123456789"
 

@@ -5,8 +5,8 @@ import itertools
 import pytest
 from pydantic import ValidationError
 
-from machine.errors import ErrorCode
-from machine.policy import (
+from lockgate.machine.errors import ErrorCode
+from lockgate.machine.policy import (
     InvalidPolicy,
     Policy,
     PolicyDecision,
@@ -14,7 +14,7 @@ from machine.policy import (
     ToolBlocked,
     most_restrictive,
 )
-from machine.tools.registry import ToolSpec
+from lockgate.machine.tools.registry import ToolSpec
 
 APPROVE, REQUIRE, BLOCK = (
     PolicyDecision.APPROVE,

@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 import pytest
 from sqlmodel import select
 
-from machine.db.schema import Execution, Instance, ToolCall
-from machine.engine import record_of
-from machine.faults import Faults
-from machine.runtime import Runtime
-from machine.write_path import Step
-from spec import CrashPoint
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import Execution, Instance, ToolCall
+from lockgate.machine.engine import record_of
+from lockgate.machine.faults import Faults
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.write_path import Step
+from lockgate.spec import CrashPoint
+from lockgate.spec import ExecutionStatus as E
 from tests.support.sessions import FakeClock
 
 MakeRuntime = Callable[..., Runtime]

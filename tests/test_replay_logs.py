@@ -9,7 +9,7 @@ import tracemalloc
 from mcp.server.streamable_http import EventMessage
 from mcp_types import JSONRPCMessage, JSONRPCResponse
 
-from server.event_store import ReplayLogs
+from lockgate.server.event_store import ReplayLogs
 
 #: About the size of the large tool answer the attack used (255 KiB of text).
 BIG = "x" * (255 * 1024)

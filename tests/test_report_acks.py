@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from machine.db.schema import OwedRequest
-from machine.runtime import Runtime
-from machine.sessions import MAX_REPORTS_PER_RESPONSE
-from server.session_gate import DrainSignal, SessionGate
+from lockgate.machine.db.schema import OwedRequest
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import MAX_REPORTS_PER_RESPONSE
+from lockgate.server.session_gate import DrainSignal, SessionGate
 from tests.support.servers import run
 from tests.support.sessions import opened, owed_status
 from tests.support.sse import sse_messages

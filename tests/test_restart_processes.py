@@ -29,9 +29,9 @@ import pytest
 from sqlalchemy import Engine as SqlEngine
 from sqlmodel import Session, col, select
 
-from machine.db.connect import open_engine
-from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
-from machine.tools.notes import NotesSource
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Execution, Instance, ToolCall, TransitionLog
+from lockgate.machine.tools.notes import NotesSource
 from tests.support.polling import wait_for
 from tests.support.process_env import lockgate_env
 

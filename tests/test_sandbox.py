@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from machine.errors import ErrorCode
-from machine.sandbox import (
+from lockgate.machine.errors import ErrorCode
+from lockgate.machine.sandbox import (
     MONTY_VERSION,
     Failed,
     FailureReason,
@@ -364,7 +364,7 @@ def test_resume_in_another_process(tmp_path: Path, sandbox: Sandbox) -> None:
     # The other process makes two steps, so the snapshot holds a tool result in a variable.
     script = textwrap.dedent("""
         import sys
-        from machine.sandbox import Returned, Sandbox, Suspended
+        from lockgate.machine.sandbox import Returned, Sandbox, Suspended
         code = (
             'secret = tools.notes.read(key="k")\\n'
             'print("read", secret)\\n'

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from machine.sandbox import Finished, Sandbox, SandboxLimits
+from lockgate.machine.sandbox import Finished, Sandbox, SandboxLimits
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,
@@ -155,7 +155,7 @@ def test_sigkill_of_the_server_kills_the_worker_running_its_code(
 
 CHILD = f"""
 import sys, threading
-from machine.sandbox import Sandbox, SandboxLimits
+from lockgate.machine.sandbox import Sandbox, SandboxLimits
 sandbox = Sandbox({{}}, SandboxLimits(max_duration_secs=20), max_processes=2)
 # The step runs on a thread of its own, like a server's step: the main thread only waits.
 threading.Thread(target=sandbox.start, args=({SPIN!r},), kwargs={{"principal": "p"}}).start()

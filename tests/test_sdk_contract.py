@@ -24,7 +24,7 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from server.durable_sessions import DurableSessionManager
+from lockgate.server.durable_sessions import DurableSessionManager
 
 ROOT = Path(__file__).resolve().parent.parent
 WHY = "server/durable_sessions.py depends on it; re-check that module before upgrading mcp"

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import JsonValue
 
-from machine.errors import ErrorCode
-from machine.secrets import (
+from lockgate.machine.errors import ErrorCode
+from lockgate.machine.secrets import (
     REDACTED,
     EnvironmentSecrets,
     MissingSecret,

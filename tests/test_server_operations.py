@@ -19,11 +19,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
-from machine.db.connect import open_engine
-from machine.db.schema import Instance, metadata
-from machine.secrets import REDACTED, environment_variable
-from simulation.canary import LEAKING_CODE, TOKEN_SECRET
-from simulation.ports import free_port
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Instance, metadata
+from lockgate.machine.secrets import REDACTED, environment_variable
+from lockgate.simulation.canary import LEAKING_CODE, TOKEN_SECRET
+from lockgate.simulation.ports import free_port
 from tests.support.canary import CANARY
 from tests.support.servers import (
     DATABASES,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlmodel import Session, col, select
 
-from machine.db.connect import open_engine
-from machine.db.schema import Execution, Instance, ToolCall, TransitionLog
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Execution, Instance, ToolCall, TransitionLog
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,

@@ -24,16 +24,16 @@ import pytest
 from pydantic import JsonValue
 from sqlmodel import select
 
-from machine.db.schema import Execution
-from machine.engine import Action
-from machine.execution_errors import ExecutionAlreadySettled, LimitReached
-from machine.faults import Faults
-from machine.runtime import Runtime
-from machine.tools.notes import NotesSource
-from machine.views import ExecutionView
-from server.runner import ExecutionRunner
-from server.shapes import Running
-from spec import CrashPoint, ExecutionStatus
+from lockgate.machine.db.schema import Execution
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionAlreadySettled, LimitReached
+from lockgate.machine.faults import Faults
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.views import ExecutionView
+from lockgate.server.runner import ExecutionRunner
+from lockgate.server.shapes import Running
+from lockgate.spec import CrashPoint, ExecutionStatus
 from tests.support.gate_tool import Gate, GateSource
 
 MakeRuntime = Callable[..., Runtime]

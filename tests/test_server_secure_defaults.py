@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow
 
 
 def key_rows(deployment: Deployment) -> list[str]:
-    from machine.db.migrate import prepare_database
-    from machine.db.store import SqlStore
-    from machine.settings import Settings
-    from server.keys import ApiKeys
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.settings import Settings
+    from lockgate.server.keys import ApiKeys
 
     engine = prepare_database(Settings(database_url=deployment.database_url))
     try:

@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 from sqlmodel import select
 
-from machine.db.schema import OwedRequest, Session
-from machine.runtime import Runtime
-from machine.sessions import report_event_ids
-from server.auth import OVER_LIMIT
-from server.session_gate import (
+from lockgate.machine.db.schema import OwedRequest, Session
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import report_event_ids
+from lockgate.server.auth import OVER_LIMIT
+from lockgate.server.session_gate import (
     SESSION_NOT_FOUND,
     DrainSignal,
     SessionGate,
@@ -884,7 +884,7 @@ def test_a_listening_get_carries_the_lost_reports_under_acknowledging_ids(
 
 
 def _rec(owed_id: str) -> Any:
-    from machine.records import Record
+    from lockgate.machine.records import Record
 
     return Record("owed_request", owed_id, "lost", 1, {})
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
+from lockgate.spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)

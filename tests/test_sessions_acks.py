@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from machine.records import Record
-from machine.runtime import Runtime
-from machine.sessions import (
+from lockgate.machine.records import Record
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import (
     MAX_REPORTS_PER_RESPONSE,
     acknowledged_reports,
     report_event_ids,

@@ -26,9 +26,9 @@ from mcp import MCPError
 from sqlmodel import Session as DbSession
 from sqlmodel import select
 
-from machine.db.schema import OwedRequest
-from machine.runtime import Runtime
-from spec import ExecutionStatus as E
+from lockgate.machine.db.schema import OwedRequest
+from lockgate.machine.runtime import Runtime
+from lockgate.spec import ExecutionStatus as E
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,

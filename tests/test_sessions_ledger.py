@@ -17,13 +17,13 @@ import pytest
 from pydantic import JsonValue
 from sqlmodel import select
 
-from machine.db.schema import Session
-from machine.faults import Faults, InjectedCrash
-from machine.runtime import Runtime
-from machine.sessions import REQUEST_LOST, request_key
-from server.durable_sessions import DurableSessionManager, restored_params
-from server.session_gate import SessionGate
-from spec import CrashPoint
+from lockgate.machine.db.schema import Session
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import REQUEST_LOST, request_key
+from lockgate.server.durable_sessions import DurableSessionManager, restored_params
+from lockgate.server.session_gate import SessionGate
+from lockgate.spec import CrashPoint
 from tests.support.servers import run
 from tests.support.sessions import (
     PROTOCOL,
@@ -543,7 +543,7 @@ def test_a_revived_session_whose_loop_crashed_is_let_go_and_revived_again(
     key = key_for(first, "alice")
     second = make_runtime(instance_name="second")
     listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    import server.durable_sessions as durable
+    import lockgate.server.durable_sessions as durable
 
     real = durable.serve_connection  # type: ignore[attr-defined]
     crashes = [True]

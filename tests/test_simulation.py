@@ -10,17 +10,17 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-import machine.bindings as bindings
-from machine.db.schema import Execution
-from machine.engine import record_of
-from machine.recovery import Recovery
-from machine.write_path import Step, WritePath
-from server import cli
-from simulation.real_process import run_in_process
-from simulation.report import coverage_matrix, describe_violation
-from simulation.scenarios import CATALOG, by_name
-from simulation.sweep import run_plan, sweep
-from spec import CrashPoint, ExecutionStatus
+import lockgate.machine.bindings as bindings
+from lockgate.machine.db.schema import Execution
+from lockgate.machine.engine import record_of
+from lockgate.machine.recovery import Recovery
+from lockgate.machine.write_path import Step, WritePath
+from lockgate.server import cli
+from lockgate.simulation.real_process import run_in_process
+from lockgate.simulation.report import coverage_matrix, describe_violation
+from lockgate.simulation.scenarios import CATALOG, by_name
+from lockgate.simulation.sweep import run_plan, sweep
+from lockgate.spec import CrashPoint, ExecutionStatus
 from tests.support.postgres import PostgresServer
 
 runner = CliRunner()
@@ -127,7 +127,7 @@ def test_a_real_process_run_whose_armed_point_never_fires_fails() -> None:
 
 @pytest.mark.slow
 def test_every_scenario_but_one_without_a_client_door_has_a_real_process_drive() -> None:
-    from simulation.remote import NO_CLIENT_DOOR, remote_drive
+    from lockgate.simulation.remote import NO_CLIENT_DOOR, remote_drive
 
     for scenario in CATALOG:
         if scenario.name in NO_CLIENT_DOOR:
@@ -158,8 +158,8 @@ def test_a_stalled_server_s_work_is_recovered_by_another_on_postgresql(
 
 
 def test_several_instance_scenarios_run_for_real_only_on_a_database_server() -> None:
-    from simulation.real_process import plan_runs
-    from simulation.remote import SEVERAL_INSTANCES
+    from lockgate.simulation.real_process import plan_runs
+    from lockgate.simulation.remote import SEVERAL_INSTANCES
 
     planned = plan_runs([by_name(n) for n in sorted(SEVERAL_INSTANCES)], 3, seed=1)
     assert planned.runs == [] and planned.scenarios == 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-import spec
-from machine.bindings import binding_names
-from spec import EXECUTION, SESSION, Rule, SpecInvalid, check, load
-from spec.model import (
+import lockgate.spec as spec
+from lockgate.machine.bindings import binding_names
+from lockgate.spec import EXECUTION, SESSION, Rule, SpecInvalid, check, load
+from lockgate.spec.model import (
     ExternalEffect,
     MachineSpec,
     OnCrash,

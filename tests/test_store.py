@@ -13,20 +13,20 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, event
 from sqlmodel import select
 
-from machine.db.connect import open_engine
-from machine.db.migrate import (
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.migrate import (
     DatabaseNotMigrated,
     current_revision,
     head_revision,
     prepare_database,
     upgrade,
 )
-from machine.db.schema import Execution, TransitionLog, metadata
-from machine.db.store import SqlStore
-from machine.errors import Conflict, IllegalTransition
-from machine.records import Change
-from machine.runtime import Runtime
-from machine.settings import Settings
+from lockgate.machine.db.schema import Execution, TransitionLog, metadata
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import Conflict, IllegalTransition
+from lockgate.machine.records import Change
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.settings import Settings
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

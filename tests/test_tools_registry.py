@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import JsonValue, ValidationError
 
-from machine.errors import ErrorCode
-from machine.policy import PolicyDecision
-from machine.tools import (
+from lockgate.machine.errors import ErrorCode
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools import (
     InvalidArguments,
     InvalidToolSource,
     NotesSource,

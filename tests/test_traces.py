@@ -6,8 +6,8 @@ these pin, on hand-written traces, that each kind of disagreement is named.
 
 from __future__ import annotations
 
-from spec import COMPOSITIONS, MACHINES
-from spec.traces import LoggedStep, check_trace
+from lockgate.spec import COMPOSITIONS, MACHINES
+from lockgate.spec.traces import LoggedStep, check_trace
 
 EX, CALL = "e1", "e1:1"
 PARENTS = {CALL: EX}

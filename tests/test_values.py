@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from machine.values import (
+from lockgate.machine.values import (
     BYTES_KEY,
     MIN_LIMIT_BYTES,
     json_size,

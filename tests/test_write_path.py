@@ -14,17 +14,17 @@ import pytest
 from sqlmodel import Session as SqlSession
 from sqlmodel import select
 
-import spec
-from machine.db.schema import Execution, OwedRequest, Session
-from machine.engine import record_of
-from machine.errors import Conflict, GuardRefused, IllegalTransition
-from machine.faults import Faults, InjectedCrash
-from machine.machines import build_machines
-from machine.records import Record
-from machine.runtime import Runtime
-from machine.store import MemoryStore
-from machine.write_path import Applied, Step, WritePath
-from spec import CrashPoint
+import lockgate.spec as spec
+from lockgate.machine.db.schema import Execution, OwedRequest, Session
+from lockgate.machine.engine import record_of
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.machines import build_machines
+from lockgate.machine.records import Record
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.store import MemoryStore
+from lockgate.machine.write_path import Applied, Step, WritePath
+from lockgate.spec import CrashPoint
 from tests.support.spec_factories import without_transition
 
 MakeRuntime = Callable[..., Runtime]

@@ -15,9 +15,9 @@ from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from machine.db.queries import Queries
-from machine.db.schema import ApprovalToken
-from machine.errors import ErrorCode, LockgateError
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import ApprovalToken
+from lockgate.machine.errors import ErrorCode, LockgateError
 
 
 class ApprovalTokenUsed(LockgateError):

@@ -11,9 +11,9 @@ from datetime import datetime
 
 from sqlmodel import col, func, select
 
-from machine.db.queries import Queries
-from machine.db.schema import Execution, ToolCall, live_executions
-from spec import ExecutionStatus as E
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import Execution, ToolCall, live_executions
+from lockgate.spec import ExecutionStatus as E
 
 
 class ExecutionQueries(Queries):

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from sqlmodel import col, func, select
 
-from machine.db.queries import Queries
-from machine.db.schema import Instance
-from spec import InstanceStatus as I
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import Instance
+from lockgate.spec import InstanceStatus as I
 
 
 @dataclass(frozen=True)

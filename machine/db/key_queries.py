@@ -11,8 +11,8 @@ from datetime import datetime
 
 from sqlmodel import col, select
 
-from machine.db.queries import Queries
-from machine.db.schema import ApiKey, Principal
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import ApiKey, Principal
 
 
 class KeyQueries(Queries):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from sqlmodel import func, select
 
-from machine.db.queries import Queries
-from machine.db.schema import Execution, live_executions
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import Execution, live_executions
 
 
 @dataclass(frozen=True)

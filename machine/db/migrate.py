@@ -13,8 +13,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from machine.db.connect import open_engine
-from machine.settings import Settings
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.settings import Settings
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

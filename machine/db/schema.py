@@ -14,8 +14,8 @@ from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, bindparam
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlmodel import Field, SQLModel, col
 
-from machine.db.types import UTCDateTime
-from spec import EXECUTION
+from lockgate.machine.db.types import UTCDateTime
+from lockgate.spec import EXECUTION
 
 metadata = SQLModel.metadata
 

@@ -11,9 +11,9 @@ from collections.abc import Collection
 
 from sqlmodel import col, func, select
 
-from machine.db.queries import Queries
-from machine.db.schema import OwedRequest, Session
-from spec import SESSION, OwedRequestStatus, SessionStatus
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import OwedRequest, Session
+from lockgate.spec import SESSION, OwedRequestStatus, SessionStatus
 
 #: The session states that can still take requests (and so collect reports).
 #: Derived from the spec (its non-terminal states: active, idle); sorted, as a stable literal

@@ -23,27 +23,27 @@ from typing import Protocol
 from sqlalchemy import Engine, Table, update
 from sqlmodel import Session, SQLModel
 
-from machine.db.approval_token_queries import (
+from lockgate.machine.db.approval_token_queries import (
     ApprovalTokenQueries,
 )
-from machine.db.execution_queries import ExecutionQueries
-from machine.db.instance_queries import InstanceQueries
-from machine.db.key_queries import KeyQueries
-from machine.db.metrics_queries import MetricsQueries
-from machine.db.schema import (
+from lockgate.machine.db.execution_queries import ExecutionQueries
+from lockgate.machine.db.instance_queries import InstanceQueries
+from lockgate.machine.db.key_queries import KeyQueries
+from lockgate.machine.db.metrics_queries import MetricsQueries
+from lockgate.machine.db.schema import (
     Execution,
     Instance,
     OwedRequest,
     ToolCall,
     TransitionLog,
 )
-from machine.db.schema import Session as SessionRow
-from machine.db.session_queries import SessionQueries
-from machine.db.tool_call_queries import ToolCallQueries
-from machine.errors import Conflict, IllegalTransition
-from machine.records import Change, Fence
-from machine.store import declared_edges, refuse_undeclared
-from spec import MACHINES, MachineSpec
+from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.db.session_queries import SessionQueries
+from lockgate.machine.db.tool_call_queries import ToolCallQueries
+from lockgate.machine.errors import Conflict, IllegalTransition
+from lockgate.machine.records import Change, Fence
+from lockgate.machine.store import declared_edges, refuse_undeclared
+from lockgate.spec import MACHINES, MachineSpec
 
 #: Which table holds each lifecycle.
 TABLES: Mapping[str, type[SQLModel]] = {

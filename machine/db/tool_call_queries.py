@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from sqlmodel import col, select
 
-from machine.db.queries import Queries
-from machine.db.schema import ToolCall
+from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.schema import ToolCall
 
 
 class ToolCallQueries(Queries):

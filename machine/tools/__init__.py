@@ -1,7 +1,7 @@
 """Tools agent code calls as `tools.<source>.<name>(...)`: the registry and built-in sources."""
 
-from machine.tools.notes import NotesSource
-from machine.tools.registry import (
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.tools.registry import (
     NAMESPACE,
     InvalidArguments,
     InvalidToolSource,

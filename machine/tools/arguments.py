@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
-from machine.tools.errors import InvalidArguments
-from machine.tools.schema import PY_TYPES, declared_types, property_schemas, required_names
-from machine.tools.spec import ToolSpec
+from lockgate.machine.tools.errors import InvalidArguments
+from lockgate.machine.tools.schema import PY_TYPES, declared_types, property_schemas, required_names
+from lockgate.machine.tools.spec import ToolSpec
 
 
 def check_arguments(

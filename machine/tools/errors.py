@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from machine.errors import ErrorCode, LockgateError
-from machine.tools.spec import NAMESPACE
+from lockgate.machine.errors import ErrorCode, LockgateError
+from lockgate.machine.tools.spec import NAMESPACE
 
 
 class ToolFailed(Exception):

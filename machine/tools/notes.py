@@ -28,8 +28,8 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from machine.policy import PolicyDecision
-from machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolSpec
 
 SOURCE = "notes"
 TOKEN_SECRET = "notes_token"

@@ -24,21 +24,21 @@ import difflib
 
 from pydantic import JsonValue
 
-from machine.tools.arguments import check_arguments
+from lockgate.machine.tools.arguments import check_arguments
 
 # Code imports these from here: the `X as X` form re-exports them (mypy --strict).
-from machine.tools.errors import InvalidArguments as InvalidArguments
-from machine.tools.errors import InvalidToolSource as InvalidToolSource
-from machine.tools.errors import ToolFailed as ToolFailed
-from machine.tools.errors import UnknownTool as UnknownTool
-from machine.tools.spec import NAMESPACE as NAMESPACE
-from machine.tools.spec import Tool as Tool
-from machine.tools.spec import ToolContext as ToolContext
-from machine.tools.spec import ToolSource as ToolSource
-from machine.tools.spec import ToolSpec as ToolSpec
-from machine.tools.spec import is_identifier
-from machine.tools.spec import make_idempotency_key as make_idempotency_key
-from machine.tools.stubs import module_stub, package_stub, package_text
+from lockgate.machine.tools.errors import InvalidArguments as InvalidArguments
+from lockgate.machine.tools.errors import InvalidToolSource as InvalidToolSource
+from lockgate.machine.tools.errors import ToolFailed as ToolFailed
+from lockgate.machine.tools.errors import UnknownTool as UnknownTool
+from lockgate.machine.tools.spec import NAMESPACE as NAMESPACE
+from lockgate.machine.tools.spec import Tool as Tool
+from lockgate.machine.tools.spec import ToolContext as ToolContext
+from lockgate.machine.tools.spec import ToolSource as ToolSource
+from lockgate.machine.tools.spec import ToolSpec as ToolSpec
+from lockgate.machine.tools.spec import is_identifier
+from lockgate.machine.tools.spec import make_idempotency_key as make_idempotency_key
+from lockgate.machine.tools.stubs import module_stub, package_stub, package_text
 
 _DEFAULT_DISCOVERY_HINT = "Search the available tools with the tool-discovery tool first."
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import JsonValue
 
-from machine.policy import PolicyDecision
-from machine.tools.schema import PY_TYPES, declared_types, property_schemas, required_names
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.schema import PY_TYPES, declared_types, property_schemas, required_names
 
 
 def ordered_parameters(

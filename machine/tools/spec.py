@@ -16,9 +16,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from machine.policy import PolicyDecision
-from machine.tools.schema import check_schema, property_schemas
-from machine.tools.signatures import notes, ordered_parameters, parameter, qualify
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.schema import check_schema, property_schemas
+from lockgate.machine.tools.signatures import notes, ordered_parameters, parameter, qualify
 
 NAMESPACE = "tools"
 """The module agent code imports; a tool's call name is `tools.<source>.<name>`."""

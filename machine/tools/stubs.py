@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from machine.tools.spec import NAMESPACE, ToolSpec
+from lockgate.machine.tools.spec import NAMESPACE, ToolSpec
 
 _BUILTIN_ANNOTATIONS = ("str", "int", "float", "bool", "list", "dict")
 

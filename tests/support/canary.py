@@ -5,7 +5,7 @@ simulator looks for."""
 
 from __future__ import annotations
 
-from simulation.world import CANARY
+from lockgate.simulation.world import CANARY
 
 #: The approval-link signing key every server of a test on PostgreSQL shares, as every
 #: instance of a deployment must (on SQLite they use the key file next to the database).

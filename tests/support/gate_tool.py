@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from machine.policy import PolicyDecision
-from machine.tools.registry import Tool, ToolContext, ToolSpec
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.registry import Tool, ToolContext, ToolSpec
 
 #: A bound on a test that never opens the gate (a test bug), not a way to order events.
 GATE_LIMIT_SECS = 60.0

@@ -39,21 +39,21 @@ from sqlalchemy import Engine
 from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, select
 
-from machine.db.connect import open_engine
-from machine.db.schema import Execution, ToolCall, TransitionLog, metadata
-from machine.db.schema import Session as SessionRow
-from machine.engine import Action
-from machine.execution_errors import ExecutionExpired
-from machine.faults import InjectedCrash
-from machine.runtime import Runtime
-from machine.sessions import request_key
-from simulation.canary import LEAKING_CODE
-from simulation.inbox import Inbox, collect
-from simulation.invariants import Violation, check_all, history
-from simulation.scenarios import SPIN_CODE, SPIN_ITERATIONS, drain_mid_run
-from simulation.world import CANARY, LogCapture, World
-from spec import MACHINES, CrashPoint, MachineSpec, every_crash_point
-from spec import ExecutionStatus as E
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog, metadata
+from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionExpired
+from lockgate.machine.faults import InjectedCrash
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import request_key
+from lockgate.simulation.canary import LEAKING_CODE
+from lockgate.simulation.inbox import Inbox, collect
+from lockgate.simulation.invariants import Violation, check_all, history
+from lockgate.simulation.scenarios import SPIN_CODE, SPIN_ITERATIONS, drain_mid_run
+from lockgate.simulation.world import CANARY, LogCapture, World
+from lockgate.spec import MACHINES, CrashPoint, MachineSpec, every_crash_point
+from lockgate.spec import ExecutionStatus as E
 
 T = TypeVar("T")
 

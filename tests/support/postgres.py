@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from simulation.ports import free_port
+from lockgate.simulation.ports import free_port
 
 
 def find_bin_dir() -> Path | None:

@@ -42,8 +42,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from machine.tools.notes import NotesSource
-from simulation.ports import free_port
+from lockgate.machine.tools.notes import NotesSource
+from lockgate.simulation.ports import free_port
 from tests.support.process_env import lockgate_env
 
 #: The console script installed next to the interpreter running the tests (.venv/bin).
@@ -372,10 +372,10 @@ class Fleet:
 
 def create_key_directly(database_url: str, principal: str) -> str:
     """An API key written straight to the database (fast set-up; the CLI is tested apart)."""
-    from machine.db.migrate import prepare_database
-    from machine.db.store import SqlStore
-    from machine.settings import Settings
-    from server.keys import ApiKeys
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.settings import Settings
+    from lockgate.server.keys import ApiKeys
 
     engine = prepare_database(Settings(database_url=database_url))
     try:

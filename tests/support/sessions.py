@@ -37,13 +37,13 @@ from sqlmodel import Session as DbSession
 from sqlmodel import select
 from starlette.routing import Route
 
-from machine.db.connect import open_engine
-from machine.db.schema import Execution, Instance, OwedRequest, Session
-from machine.runtime import Runtime
-from server.app import WhenReady, create_app
-from server.auth import BearerAuth
-from server.keys import ApiKeys
-from server.session_gate import SessionGate
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.schema import Execution, Instance, OwedRequest, Session
+from lockgate.machine.runtime import Runtime
+from lockgate.server.app import WhenReady, create_app
+from lockgate.server.auth import BearerAuth
+from lockgate.server.keys import ApiKeys
+from lockgate.server.session_gate import SessionGate
 from tests.support.servers import Deployment, LockgateServer
 from tests.support.sse import sse_messages
 

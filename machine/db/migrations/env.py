@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Engine
 
-from machine.db.schema import metadata
+from lockgate.machine.db.schema import metadata
 
 engine = context.config.attributes.get("engine")
 if not isinstance(engine, Engine):  # pragma: no cover - only via machine.db.migrate

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from simulation.serve import main
+from lockgate.simulation.serve import main
 
 if __name__ == "__main__":
     sys.exit(main())

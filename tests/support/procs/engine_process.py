@@ -42,12 +42,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from machine.engine import Action
-from machine.errors import LockgateError
-from machine.faults import CrashMode, Faults
-from machine.runtime import Runtime
-from machine.settings import Settings
-from spec.crash_points import CrashPoint
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.faults import CrashMode, Faults
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.settings import Settings
+from lockgate.spec.crash_points import CrashPoint
 
 
 class BarrierFaults(Faults):

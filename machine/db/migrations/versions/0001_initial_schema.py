@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from machine.db.types import UTCDateTime
+from lockgate.machine.db.types import UTCDateTime
 
 revision = "0001"
 down_revision = None
