@@ -24,7 +24,7 @@ from lockgate.simulation.remote_client import (
     RemoteView,
     stored_status,
 )
-from lockgate.simulation.scenario_steps import WRITE_THEN_READ, started
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, at_once, started
 from lockgate.simulation.world import ScenarioFailed, expect
 from lockgate.spec import CrashPoint
 from lockgate.spec import ExecutionStatus as E
@@ -136,13 +136,7 @@ def one_decision_twice(client: RemoteClient) -> None:
         return run
 
     if not client.memory.get("decided"):
-        threads = [threading.Thread(target=resume(s)) for s in (client.server, b)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
+        at_once(resume(client.server), resume(b), failures=failures)
         client.memory["decided"] = True
     final = client.get(view.id, b)
     expect(final.status in (E.COMPLETED, E.INTERRUPTED), f"decided twice: {final.status}")

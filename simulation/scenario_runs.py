@@ -14,7 +14,7 @@ from datetime import timedelta
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionAlreadySettled
 from lockgate.simulation.canary import LEAKING_CODE
-from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.scenario_steps import WRITE_THEN_READ, at_once, decide, started
 from lockgate.simulation.world import Client, expect
 from lockgate.spec import ExecutionStatus as E
 
@@ -135,11 +135,5 @@ def concurrent_resume(client: Client) -> None:
         except BaseException as exc:  # an injected crash in a thread is the process's death
             failures.append(exc)
 
-    threads = [threading.Thread(target=resume) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+    at_once(resume, resume, failures=failures)
     expect(len(answers) == 2, "a resume went unanswered")

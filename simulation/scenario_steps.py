@@ -8,6 +8,9 @@ as final. Both work on the in-process client and on `simulation.remote_client.Re
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
@@ -18,6 +21,19 @@ from lockgate.machine.views import ExecutionView
 from lockgate.simulation.world import Client
 
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
+
+
+def at_once(*work: Callable[[], None], failures: list[BaseException]) -> None:
+    """Run each piece of `work` in a thread of its own, all at once, and wait for them;
+    then raise the first failure they recorded (an injected crash in a thread is the
+    process's death, re-raised in the driving thread)."""
+    threads = [threading.Thread(target=w) for w in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def decide(client: Client, key: str, action: Action) -> ExecutionView | None:
