@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 NAMESPACE := $(CURDIR)/$(VENV)/namespace
 namespace:
 	mkdir -p $(NAMESPACE)/lockgate
+	touch $(NAMESPACE)/lockgate/py.typed  # mypy asks the namespace itself for its marker
 	for package in spec machine server simulation; do \
 	  ln -sfn "$(CURDIR)/$$package" "$(NAMESPACE)/lockgate/$$package"; done
 	echo "$(NAMESPACE)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/lockgate-namespace.pth"

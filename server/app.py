@@ -36,8 +36,9 @@ from lockgate.server.http_guards import BodyLimit, HostAllowlist, transport_secu
 from lockgate.server.keys import ApiKeys
 from lockgate.server.mcp_server import LockgateMCP
 from lockgate.server.operations import Metrics, log_transitions, operations_router, timed
+from lockgate.server.owed_response import DrainSignal
 from lockgate.server.runner import ExecutionRunner
-from lockgate.server.session_gate import DrainSignal, SessionGate
+from lockgate.server.session_gate import SessionGate
 
 log = logging.getLogger("lockgate.server")
 

@@ -25,8 +25,8 @@ from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.operations import log_execution_id, log_session_id
+from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
-from lockgate.server.session_gate import stream_ready
 
 log = logging.getLogger("lockgate.mcp")
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -39,6 +37,7 @@ from lockgate.server.auth import (
     json_rpc_error,
     without_header,
 )
+from lockgate.server.owed_response import DrainSignal, OwedResponse, sse_event, stream_ready
 
 log = logging.getLogger("lockgate.ledger")
 
@@ -51,174 +50,6 @@ SESSION_NOT_FOUND = (
 )
 #: JSON-RPC parse error (the body is not JSON we can read).
 PARSE_ERROR = -32700
-
-
-def sse_event(message: dict[str, JsonValue], event_id: str | None = None) -> bytes:
-    head = f"id: {event_id}\r\n" if event_id is not None else ""
-    return f"{head}event: message\r\ndata: {json.dumps(message)}\r\n\r\n".encode()
-
-
-def _messages_in(chunk: bytes, buffer: bytearray) -> list[Any]:
-    """JSON-RPC messages in SSE events completed by `chunk` (partial events stay buffered)."""
-    buffer.extend(chunk)
-    text = buffer.decode("utf-8", errors="replace").replace("\r\n", "\n")
-    *complete, rest = text.split("\n\n")
-    buffer[:] = rest.encode()
-    found = []
-    for event in complete:
-        data = "\n".join(
-            line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")
-        )
-        if data:
-            try:
-                found.append(json.loads(data))
-            except json.JSONDecodeError:
-                continue
-    return found
-
-
-def _answers(message: Any, request_id: JsonValue) -> bool:
-    return (
-        isinstance(message, dict)
-        and message.get("id") == request_id
-        and ("result" in message or "error" in message)
-    )
-
-
-class DrainSignal:
-    """Set once the process starts draining (SIGTERM); waited on by open requests."""
-
-    def __init__(self) -> None:
-        self.flag = threading.Event()
-
-    def trigger(self) -> None:
-        self.flag.set()
-
-    async def wait(self) -> None:
-        # The flag is set from a signal handler's thread; a short poll keeps this free of
-        # loop plumbing and costs nothing measurable next to a request's lifetime.
-        while not self.flag.is_set():
-            await anyio.sleep(0.1)
-
-
-#: Set once the owed response carries what a client needs to resume it (the priming event
-#: with its id, or the response start when none is coming); tool handlers wait for it, so a
-#: crash early in a request still leaves the client a stream to resume and collect from.
-stream_ready: ContextVar[anyio.Event | None] = ContextVar("lockgate_stream_ready", default=None)
-
-
-class OwedResponse:
-    """Watches one POST's response for the answer it owes; reports it lost otherwise."""
-
-    def __init__(self, sessions: Sessions, owed: Record, request_id: JsonValue, send: Send) -> None:
-        self.sessions, self.owed, self.request_id, self._send = sessions, owed, request_id, send
-        self.started = False
-        self.finished = False
-        self.sse = False
-        self.settled = False
-        self.client_gone = False
-        self.status = 0
-        self._buffer = bytearray()
-        self._json = bytearray()
-        self._lock = anyio.Lock()
-        self.ready = anyio.Event()
-        #: Whether the SDK sends a priming event first (protocol 2025-11-25 and later).
-        self.primes = True
-
-    async def send(self, message: Message) -> None:
-        async with self._lock:
-            if self.finished:
-                return  # we already ended this response (deadline or drain)
-            if message["type"] == "http.response.start":
-                self.started = True
-                self.status = int(message["status"])
-                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
-                self.sse = content_type.startswith(b"text/event-stream")
-                await self._send(message)
-                if not (self.sse and self.primes):
-                    self.ready.set()
-                return
-            if message["type"] != "http.response.body":
-                await self._send(message)
-                return
-            body: bytes = message.get("body", b"")
-            more = bool(message.get("more_body", False))
-            if not more and not self.settled and self.sse and self.status < 400:
-                # The stream is ending without our answer: report the id lost first.
-                await self._report_locked(final=False)
-            await self._send(message)
-            self.ready.set()
-            if not more:
-                self.finished = True
-            if self.settled:
-                return
-            answered = False
-            if self.sse:
-                answered = any(
-                    _answers(m, self.request_id) for m in _messages_in(body, self._buffer)
-                )
-            else:
-                self._json.extend(body)
-                if not more:
-                    answered = self.status >= 400 or _answers(self._parse_json(), self.request_id)
-            if answered:
-                self.settled = True
-                await to_thread.run_sync(self.sessions.answered, self.owed)
-
-    def _parse_json(self) -> Any:
-        try:
-            return json.loads(self._json)
-        except json.JSONDecodeError:
-            return None
-
-    async def _report_locked(self, *, final: bool) -> None:
-        """Write -32010 for the owed id (then mark it reported), ending the response when
-        `final`. If the client is gone, it stays lost, for the session's next GET."""
-        await to_thread.run_sync(self.sessions.lose, self.owed)
-        self.settled = True
-        if self.client_gone:
-            return
-        error = await to_thread.run_sync(self._lost_error)
-        if not self.started:
-            body = json.dumps(error).encode()
-            await self._send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await self._send({"type": "http.response.body", "body": body, "more_body": False})
-            self.finished = True
-        else:
-            # More follows either way: the end of the stream, ours or the SDK's. (A report
-            # that ended the response itself made the empty end a second, refused message.)
-            await self._send(
-                {"type": "http.response.body", "body": sse_event(error), "more_body": True}
-            )
-            if final:
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-                self.finished = True
-        await to_thread.run_sync(self.sessions.reported, self.owed)
-
-    def _lost_error(self) -> dict[str, JsonValue]:
-        row = self.sessions.get_owed(self.owed.id)
-        assert row is not None
-        return self.sessions.lost_error(row)
-
-    async def give_up(self) -> None:
-        """The deadline passed or the server drains: answer -32010 and end the response."""
-        async with self._lock:
-            if self.settled:
-                return
-            if self.finished or (self.started and not self.sse):
-                # The response ended without the answer (a JSON one, or an error status), or
-                # a JSON response is under way and cannot take a second message: the id is
-                # lost, for the session's next GET.
-                await to_thread.run_sync(self.sessions.lose, self.owed)
-                self.settled = True
-                return
-            await self._report_locked(final=True)
 
 
 class SessionGate:

@@ -29,7 +29,8 @@ from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sessions import request_key
-from lockgate.server.session_gate import DrainSignal, SessionGate
+from lockgate.server.owed_response import DrainSignal
+from lockgate.server.session_gate import SessionGate
 from lockgate.spec import CrashPoint
 from lockgate.spec import ExecutionStatus as E
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)

@@ -19,7 +19,8 @@ import anyio
 from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sessions import MAX_REPORTS_PER_RESPONSE
-from lockgate.server.session_gate import DrainSignal, SessionGate
+from lockgate.server.owed_response import DrainSignal
+from lockgate.server.session_gate import SessionGate
 from tests.support.servers import run
 from tests.support.sessions import opened, owed_status
 from tests.support.sse import sse_messages

@@ -18,13 +18,8 @@ from lockgate.machine.db.schema import OwedRequest, Session
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sessions import report_event_ids
 from lockgate.server.auth import OVER_LIMIT
-from lockgate.server.session_gate import (
-    SESSION_NOT_FOUND,
-    DrainSignal,
-    SessionGate,
-    sse_event,
-    stream_ready,
-)
+from lockgate.server.owed_response import DrainSignal, sse_event, stream_ready
+from lockgate.server.session_gate import SESSION_NOT_FOUND, SessionGate
 from tests.support.servers import run
 from tests.support.sessions import PROTOCOL, REQUEST_LOST, opened, session_status
 from tests.support.sse import sse_events, sse_messages
