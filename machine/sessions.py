@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, overload
 
 from pydantic import JsonValue
 
@@ -22,7 +22,7 @@ from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
 from lockgate.machine.instances import InstanceLease
-from lockgate.machine.records import Record
+from lockgate.machine.records import Record, RowRecord
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import INSTANCE, OwedRequestStatus, SessionStatus
 from lockgate.spec import ExecutionStatus as E
@@ -40,9 +40,18 @@ REPORT_TOKEN = "r"
 _STALE = (Conflict, GuardRefused, IllegalTransition)
 
 
-def _record(row: Session | OwedRequest) -> Record:
-    machine = "session" if isinstance(row, Session) else "owed_request"
-    return Record(machine, row.id, row.status, row.version, row.model_dump())
+#: An owed request as the write path moves it, with its typed row.
+OwedRecord = RowRecord[OwedRequest]
+
+
+@overload
+def _record(row: Session) -> RowRecord[Session]: ...
+@overload
+def _record(row: OwedRequest) -> OwedRecord: ...
+def _record(row: Session | OwedRequest) -> RowRecord[Session] | OwedRecord:
+    if isinstance(row, Session):
+        return RowRecord.of("session", row)
+    return RowRecord.of("owed_request", row)
 
 
 def report_event_ids(stream: str, reports: list[Record]) -> list[str]:
@@ -227,7 +236,7 @@ class Sessions:
 
     def owe(
         self, session_id: str, request_id: JsonValue, method: str, execution_id: str | None
-    ) -> Record:
+    ) -> OwedRecord:
         """Record that this incarnation owes an answer to `request_id` on the session."""
         row = OwedRequest(
             id=uuid.uuid4().hex,
@@ -242,22 +251,22 @@ class Sessions:
         self.write.create("owed_request", row)
         return _record(row)
 
-    def answered(self, owed: Record) -> None:
+    def answered(self, owed: OwedRecord) -> None:
         """The response was written: consume the entry (effect first, then the commit)."""
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(owed, "answer"), effect=lambda: True)
 
-    def lose(self, owed: Record) -> None:
+    def lose(self, owed: OwedRecord) -> None:
         """No answer will come on this stream (closed, deadline passed, draining). If its
         session already ended (a DELETE while the request ran), nobody can collect the
         report: it is abandoned at once (a crash in between leaves it to recovery)."""
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(owed, "lose"))
-            session = self.get(str(owed.fields["session_id"]))
+            session = self.get(owed.typed.session_id)
             if session is not None and session.status not in LIVE_SESSION_STATUSES:
                 self.write.apply(Step(owed, "abandon", {"session_ended": True}))
 
-    def reported(self, lost: Record) -> None:
+    def reported(self, lost: OwedRecord) -> None:
         """The -32010 error was written: the entry is settled."""
         with contextlib.suppress(*_STALE):
             self.write.apply(Step(lost, "report"), effect=lambda: True)
@@ -289,7 +298,7 @@ class Sessions:
 
     def lost_reports(
         self, session_id: str, stream: str | None = None
-    ) -> list[tuple[Record, dict[str, JsonValue]]]:
+    ) -> list[tuple[OwedRecord, dict[str, JsonValue]]]:
         """Entries of the session to report now, each with its JSON-RPC error body (only the
         request whose response stream is `stream`, when given). Entries still owed by a dead
         incarnation are declared lost first (the GET may arrive before the periodic

@@ -19,8 +19,7 @@ import anyio
 from anyio import to_thread
 from pydantic import JsonValue
 
-from lockgate.machine.records import Record
-from lockgate.machine.sessions import Sessions
+from lockgate.machine.sessions import OwedRecord, Sessions
 from lockgate.server.auth import Message, Send
 
 log = logging.getLogger("lockgate.ledger")
@@ -83,7 +82,9 @@ stream_ready: ContextVar[anyio.Event | None] = ContextVar("lockgate_stream_ready
 class OwedResponse:
     """Watches one POST's response for the answer it owes; reports it lost otherwise."""
 
-    def __init__(self, sessions: Sessions, owed: Record, request_id: JsonValue, send: Send) -> None:
+    def __init__(
+        self, sessions: Sessions, owed: OwedRecord, request_id: JsonValue, send: Send
+    ) -> None:
         self.sessions, self.owed, self.request_id, self._send = sessions, owed, request_id, send
         self.started = False
         self.finished = False

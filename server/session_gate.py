@@ -25,8 +25,7 @@ from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
-from lockgate.machine.records import Record
-from lockgate.machine.sessions import Sessions, acknowledged_reports, report_event_ids
+from lockgate.machine.sessions import OwedRecord, Sessions, acknowledged_reports, report_event_ids
 from lockgate.server.auth import (
     OVER_LIMIT,
     Message,
@@ -168,7 +167,7 @@ class SessionGate:
                 self._report_locks.pop(session_id, None)
 
     async def _write_reports(
-        self, reports: list[tuple[Record, dict[str, JsonValue]]], send: Send, stream: str | None
+        self, reports: list[tuple[OwedRecord, dict[str, JsonValue]]], send: Send, stream: str | None
     ) -> None:
         """Each report is an event whose id names it and those before it, so the
         `Last-Event-ID` of the client's next GET acknowledges what it received (a crash
