@@ -1,8 +1,14 @@
-"""What the tests share: servers started for real (`servers`), the SSE parser (`sse`), a
-free loopback port (`ports`), the poller (`polling`), the canary secret (`canary`), the
-PostgreSQL server the tests start (`postgres`), raw MCP session helpers (`sessions`), the
-Hypothesis harness that drives the engine through the spec (`harness`), spec factories for
-planted bugs (`spec_factories`), and the programs real-process tests launch (`procs`).
+"""What the tests share:
+
+- `servers` (the pytest plugin: fixtures and helpers, from `lockgate_server`,
+  `server_deployment`, `server_fixtures`, `mcp_calls`, `raw_mcp`): `lockgate serve`
+  processes started for real, deployments of them, MCP clients and raw MCP over HTTP;
+- `sessions`: raw 2025-protocol sessions, and a proxy a test can cut;
+- `sse`: the one SSE parser; `polling`: the one poller; `canary`: the one secret;
+- `postgres`: the PostgreSQL server the tests start; `process_env`: a server's environment;
+- `harness` with `lifecycle/`: the Hypothesis harness that drives the engine through the spec;
+- `spec_factories` (planted spec bugs), `gate_tool` (a tool a test holds), and `procs/`
+  (the programs real-process tests launch).
 
 Nothing here is shipped: the runtime packages never import it.
 """

@@ -32,11 +32,11 @@ from pathlib import Path
 
 from lockgate.simulation.invariants import Violation
 from lockgate.spec import MACHINES, MachineSpec
-from tests.support import checks
-from tests.support.choices import Choices, pick
-from tests.support.client import Client
-from tests.support.deployment import APPROVAL_TTL, Deployment
-from tests.support.execution_drivers import (
+from tests.support.lifecycle import checks
+from tests.support.lifecycle.choices import Choices, pick
+from tests.support.lifecycle.client import Client
+from tests.support.lifecycle.deployment import APPROVAL_TTL, Deployment
+from tests.support.lifecycle.execution_drivers import (
     ExecutionActions,
     accept,
     cancel,
@@ -55,8 +55,8 @@ from tests.support.execution_drivers import (
     run_tool_failure,
     withdraw,
 )
-from tests.support.generic_crash import crash_anywhere
-from tests.support.instance_drivers import (
+from tests.support.lifecycle.generic_crash import crash_anywhere
+from tests.support.lifecycle.instance_drivers import (
     InstanceActions,
     clean_restart,
     drain_while_running,
@@ -64,8 +64,8 @@ from tests.support.instance_drivers import (
     heartbeat,
     lose_instance,
 )
-from tests.support.programs import LIST_ONCE, PROGRAMS, Program
-from tests.support.session_drivers import (
+from tests.support.lifecycle.programs import LIST_ONCE, PROGRAMS, Program
+from tests.support.lifecycle.session_drivers import (
     SessionActions,
     abandon_reports,
     close_session,
@@ -76,7 +76,7 @@ from tests.support.session_drivers import (
     session_request,
     stream_closed,
 )
-from tests.support.spec_replay import DRIVEN_MACHINES, SpecReplay
+from tests.support.lifecycle.spec_replay import DRIVEN_MACHINES, SpecReplay
 
 Driver = Callable[["Harness", Choices], None]
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lockgate.spec import CrashPoint, MachineSpec, every_crash_point
-from tests.support.choices import Choices, pick, pick_int
-from tests.support.execution_drivers import (
+from tests.support.lifecycle.choices import Choices, pick, pick_int
+from tests.support.lifecycle.execution_drivers import (
     accept,
     cancel,
     decline,
@@ -24,15 +24,19 @@ from tests.support.execution_drivers import (
     run_pausing,
     run_tool_failure,
 )
-from tests.support.instance_drivers import drain_while_running, graceful_restart, heartbeat
-from tests.support.session_drivers import (
+from tests.support.lifecycle.instance_drivers import (
+    drain_while_running,
+    graceful_restart,
+    heartbeat,
+)
+from tests.support.lifecycle.session_drivers import (
     close_session,
     expire_sessions,
     report_lost,
     session_request,
     stream_closed,
 )
-from tests.support.spec_replay import DRIVEN_MACHINES
+from tests.support.lifecycle.spec_replay import DRIVEN_MACHINES
 
 if TYPE_CHECKING:
     from tests.support.harness import Driver, Harness

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from lockgate.machine.runtime import Runtime
 from lockgate.simulation.scenarios import drain_mid_run
-from tests.support.choices import Choices, pick
-from tests.support.client import Client
-from tests.support.deployment import NAMES, PRINCIPAL, Deployment
-from tests.support.programs import SPIN
+from tests.support.lifecycle.choices import Choices, pick
+from tests.support.lifecycle.client import Client
+from tests.support.lifecycle.deployment import NAMES, PRINCIPAL, Deployment
+from tests.support.lifecycle.programs import SPIN
 
 if TYPE_CHECKING:
     from tests.support.harness import Harness

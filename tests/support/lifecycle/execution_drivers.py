@@ -17,10 +17,10 @@ from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionExpired
 from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 from lockgate.spec import ExecutionStatus as E
-from tests.support.choices import Choices, pick, pick_int
-from tests.support.client import Client
-from tests.support.deployment import APPROVAL_TTL, PRINCIPAL, Deployment
-from tests.support.programs import (
+from tests.support.lifecycle.choices import Choices, pick, pick_int
+from tests.support.lifecycle.client import Client
+from tests.support.lifecycle.deployment import APPROVAL_TTL, PRINCIPAL, Deployment
+from tests.support.lifecycle.programs import (
     AUTO_PROGRAMS,
     CALLING_PROGRAMS,
     DELETE_BLOCKED,

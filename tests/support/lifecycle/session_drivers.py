@@ -20,11 +20,11 @@ from lockgate.machine.db.schema import Session as SessionRow
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sessions import request_key
 from lockgate.simulation.inbox import collect
-from tests.support.choices import Choices, pick
-from tests.support.client import Client
-from tests.support.deployment import PRINCIPAL, Deployment
-from tests.support.instance_drivers import InstanceActions
-from tests.support.programs import CALLING_PROGRAMS
+from tests.support.lifecycle.choices import Choices, pick
+from tests.support.lifecycle.client import Client
+from tests.support.lifecycle.deployment import PRINCIPAL, Deployment
+from tests.support.lifecycle.instance_drivers import InstanceActions
+from tests.support.lifecycle.programs import CALLING_PROGRAMS
 
 if TYPE_CHECKING:
     from tests.support.harness import Harness

@@ -23,7 +23,7 @@ from lockgate.machine.faults import InjectedCrash
 from lockgate.machine.runtime import Runtime
 from lockgate.simulation.world import LogCapture, World
 from lockgate.spec import CrashPoint
-from tests.support.choices import Choices, pick
+from tests.support.lifecycle.choices import Choices, pick
 
 PRINCIPAL = "alice"
 #: The instance names; a second one joins when a driver needs another instance.

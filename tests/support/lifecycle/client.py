@@ -13,8 +13,8 @@ from sqlmodel import Session, select
 from lockgate.machine.db.schema import Execution
 from lockgate.simulation.inbox import Inbox
 from lockgate.spec import ExecutionStatus as E
-from tests.support.deployment import Deployment
-from tests.support.programs import PROGRAM_BY_CODE, Program
+from tests.support.lifecycle.deployment import Deployment
+from tests.support.lifecycle.programs import PROGRAM_BY_CODE, Program
 
 
 class Client:

@@ -18,9 +18,9 @@ from lockgate.machine.engine import Action
 from lockgate.simulation.invariants import Violation, check_all, history
 from lockgate.simulation.world import CANARY
 from lockgate.spec import ExecutionStatus as E
-from tests.support.client import Client
-from tests.support.deployment import Deployment
-from tests.support.programs import ALSO_LEGITIMATE, ANY
+from tests.support.lifecycle.client import Client
+from tests.support.lifecycle.deployment import Deployment
+from tests.support.lifecycle.programs import ALSO_LEGITIMATE, ANY
 
 
 def _error_code(outcome: Mapping[str, object]) -> object:
