@@ -45,12 +45,13 @@ GOAL_MODULES = (
     "machine/recovery.py",
     "machine/instances.py",
     "machine/sessions.py",
+    "machine/ledger.py",
     "server/durable_sessions.py",
     "server/session_gate.py",
     "server/owed_response.py",
 )
 GATE = ("machine/write_path.py", "machine/recovery.py")
-CORE = ("machine/instances.py", "machine/sessions.py")
+CORE = ("machine/instances.py", "machine/sessions.py", "machine/ledger.py", "machine/lost_report.py")
 SERVER = ("server/session_gate.py", "server/owed_response.py", "server/durable_sessions.py")
 #: Mutated in the full run but not held to the goal.
 OTHER = ("machine/*",)

@@ -20,13 +20,14 @@ from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Instance
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
-from lockgate.machine.records import Record
+from lockgate.machine.records import RowRecord
 from lockgate.machine.write_path import Step, WritePath
+from lockgate.spec import INSTANCE
 from lockgate.spec import InstanceStatus as I
 
 
-def _record(row: Instance) -> Record:
-    return Record("instance", row.id, row.status, row.version, row.model_dump())
+def _record(row: Instance) -> RowRecord[Instance]:
+    return RowRecord.of("instance", row)
 
 
 class InstanceLease:
@@ -41,7 +42,7 @@ class InstanceLease:
     ) -> None:
         self.store, self.write, self.name, self.ttl, self.clock = store, write, name, ttl, clock
         self.row: Instance | None = None
-        self.record: Record | None = None
+        self.record: RowRecord[Instance] | None = None
         #: The lease row is written from the maintenance thread and on shutdown.
         self._lock = threading.Lock()
 
@@ -80,7 +81,7 @@ class InstanceLease:
             return row
         raise RuntimeError("could not allocate an incarnation number")
 
-    def _refresh(self) -> Record:
+    def _refresh(self) -> RowRecord[Instance]:
         """Re-read this incarnation's row (another thread of this process may have moved it:
         a drain racing a heartbeat is not a death)."""
         row = self.store.instances.get(self.id)
@@ -119,6 +120,17 @@ class InstanceLease:
     def live_ids(self, now: datetime | None = None) -> set[str]:
         """Instances whose lease still holds at `now` (this one included)."""
         return self.store.instances.holding_lease(now or self.clock())
+
+    def dead_incarnations(self) -> set[int]:
+        """Other incarnations that hold no lease any more (stopped, dead, or lapsed): what
+        they owed clients and the sessions they served are for this one to recover."""
+        now = self.clock()
+        alive = INSTANCE.live_names  # live or draining: its lease still counts
+        return {
+            lease.incarnation
+            for lease in self.store.instances.leases()
+            if lease.status not in alive or lease.lease_until <= now
+        } - {self.incarnation}
 
     def declare_dead_instances(self, now: datetime | None = None) -> list[str]:
         """Declare dead every instance whose lease lapsed by `now`, and every earlier

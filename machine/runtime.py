@@ -20,6 +20,7 @@ from lockgate.machine.db.store import SqlStore
 from lockgate.machine.engine import Engine
 from lockgate.machine.faults import Faults, for_server
 from lockgate.machine.instances import InstanceLease
+from lockgate.machine.ledger import Ledger
 from lockgate.machine.policy import Policy
 from lockgate.machine.recovery import Recovery, RecoveryReport
 from lockgate.machine.sandbox import Sandbox, SandboxLimits
@@ -48,6 +49,7 @@ class Runtime:
     sources: list[ToolSource]
     registry: ToolRegistry
     sessions: Sessions
+    ledger: Ledger
     boot_report: RecoveryReport | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -115,6 +117,9 @@ class Runtime:
             clock=clock,
         )
         recovery = Recovery(store=store, write=write, lease=lease, clock=clock)
+        ledger = Ledger(
+            store=store, write=write, lease=lease, clock=clock, recover_executions=recovery.run
+        )
         sessions = Sessions(
             store=store,
             write=write,
@@ -126,7 +131,7 @@ class Runtime:
             ),
             clock=clock,
             live_counts=engine.live_counts,
-            recover_executions=recovery.run,
+            ledger=ledger,
         )
         return cls(
             settings=settings,
@@ -137,6 +142,7 @@ class Runtime:
             sources=chosen,
             registry=registry,
             sessions=sessions,
+            ledger=ledger,
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:

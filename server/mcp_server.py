@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.lost_report import request_key
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
-from lockgate.machine.sessions import request_key
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes

@@ -19,7 +19,7 @@ import anyio
 from anyio import to_thread
 from pydantic import JsonValue
 
-from lockgate.machine.sessions import OwedRecord, Sessions
+from lockgate.machine.ledger import Ledger, OwedRecord
 from lockgate.server.auth import Message, Send
 
 log = logging.getLogger("lockgate.ledger")
@@ -82,10 +82,8 @@ stream_ready: ContextVar[anyio.Event | None] = ContextVar("lockgate_stream_ready
 class OwedResponse:
     """Watches one POST's response for the answer it owes; reports it lost otherwise."""
 
-    def __init__(
-        self, sessions: Sessions, owed: OwedRecord, request_id: JsonValue, send: Send
-    ) -> None:
-        self.sessions, self.owed, self.request_id, self._send = sessions, owed, request_id, send
+    def __init__(self, ledger: Ledger, owed: OwedRecord, request_id: JsonValue, send: Send) -> None:
+        self.ledger, self.owed, self.request_id, self._send = ledger, owed, request_id, send
         self.started = False
         self.finished = False
         self.sse = False
@@ -137,7 +135,7 @@ class OwedResponse:
                     answered = self.status >= 400 or _answers(self._parse_json(), self.request_id)
             if answered:
                 self.settled = True
-                await to_thread.run_sync(self.sessions.answered, self.owed)
+                await to_thread.run_sync(self.ledger.answered, self.owed)
 
     def _parse_json(self) -> Any:
         try:
@@ -148,7 +146,7 @@ class OwedResponse:
     async def _report_locked(self, *, final: bool) -> None:
         """Write -32010 for the owed id (then mark it reported), ending the response when
         `final`. If the client is gone, it stays lost, for the session's next GET."""
-        await to_thread.run_sync(self.sessions.lose, self.owed)
+        await to_thread.run_sync(self.ledger.lose, self.owed)
         self.settled = True
         if self.client_gone:
             return
@@ -173,12 +171,12 @@ class OwedResponse:
             if final:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
                 self.finished = True
-        await to_thread.run_sync(self.sessions.reported, self.owed)
+        await to_thread.run_sync(self.ledger.reported, self.owed)
 
     def _lost_error(self) -> dict[str, JsonValue]:
-        row = self.sessions.get_owed(self.owed.id)
+        row = self.ledger.get(self.owed.id)
         assert row is not None
-        return self.sessions.lost_error(row)
+        return self.ledger.lost_error(row)
 
     async def give_up(self) -> None:
         """The deadline passed or the server drains: answer -32010 and end the response."""
@@ -189,7 +187,7 @@ class OwedResponse:
                 # The response ended without the answer (a JSON one, or an error status), or
                 # a JSON response is under way and cannot take a second message: the id is
                 # lost, for the session's next GET.
-                await to_thread.run_sync(self.sessions.lose, self.owed)
+                await to_thread.run_sync(self.ledger.lose, self.owed)
                 self.settled = True
                 return
             await self._report_locked(final=True)

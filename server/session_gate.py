@@ -25,7 +25,8 @@ from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
-from lockgate.machine.sessions import OwedRecord, Sessions, acknowledged_reports, report_event_ids
+from lockgate.machine.ledger import OwedRecord, acknowledged_reports, report_event_ids
+from lockgate.machine.sessions import Sessions
 from lockgate.server.auth import (
     OVER_LIMIT,
     Message,
@@ -64,6 +65,7 @@ class SessionGate:
         max_sessions_per_principal: int | None = None,
     ) -> None:
         self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
+        self.ledger = sessions.ledger
         self._report_locks: dict[str, anyio.Lock] = {}
         #: Whether the transport holds a session in memory (else a DELETE is ours to answer).
         self.held = held
@@ -100,7 +102,7 @@ class SessionGate:
             if acknowledged is not None:
                 # The client resumes from a report we wrote: it has every report named in
                 # that event id, so they are settled now and never written to it again.
-                await to_thread.run_sync(self.sessions.acknowledge, session_id, acknowledged[1])
+                await to_thread.run_sync(self.ledger.acknowledge, session_id, acknowledged[1])
                 if acknowledged[0] == GET_STREAM_KEY:
                     # Its listening GET: the SDK never minted this id, so it must not try to
                     # replay from it; the GET goes on as a fresh listening stream.
@@ -113,7 +115,7 @@ class SessionGate:
                 resumed is not None
                 and stream is not None
                 and not self.replayable(session_id, resumed)
-                and not await to_thread.run_sync(self.sessions.still_owed, session_id, stream)
+                and not await to_thread.run_sync(self.ledger.still_owed, session_id, stream)
             ):
                 # An earlier incarnation's stream with nothing left to say: an empty stream
                 # would have the client reconnect forever; an error makes it give up.
@@ -157,7 +159,7 @@ class SessionGate:
         lock = self._report_locks.setdefault(session_id, anyio.Lock())
         try:
             async with lock:
-                reports = await to_thread.run_sync(self.sessions.lost_reports, session_id, stream)
+                reports = await to_thread.run_sync(self.ledger.lost_reports, session_id, stream)
                 if not reports:
                     return False
                 await self._write_reports(reports, send, stream)
@@ -186,7 +188,7 @@ class SessionGate:
         for (record, error), event_id in zip(reports, ids, strict=True):
             body = sse_event(error, event_id)
             await send({"type": "http.response.body", "body": body, "more_body": True})
-            await to_thread.run_sync(self.sessions.reported, record)
+            await to_thread.run_sync(self.ledger.reported, record)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _post(
@@ -250,9 +252,9 @@ class SessionGate:
             request_id: JsonValue = parsed["id"]
             execution_id = _execution_argument(parsed)
             owed = await to_thread.run_sync(
-                self.sessions.owe, session_id, request_id, str(parsed["method"]), execution_id
+                self.ledger.owe, session_id, request_id, str(parsed["method"]), execution_id
             )
-            watcher = OwedResponse(self.sessions, owed, request_id, send)
+            watcher = OwedResponse(self.ledger, owed, request_id, send)
             version = header(scope, b"mcp-protocol-version") or "2025-11-25"
             watcher.primes = version >= "2025-11-25"
             token = stream_ready.set(watcher.ready)

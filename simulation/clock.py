@@ -139,9 +139,10 @@ def _session_boundary(
     def drive(client: Client) -> None:
         session_id = _open(client, key)
         sessions = client.runtime.sessions
+        ledger = client.runtime.ledger
         if busy and "owed" not in client.memory:
             sessions.begin_request(session_id)
-            client.memory["owed"] = sessions.owe(session_id, f"{key}-1", "tools/call", None)
+            client.memory["owed"] = ledger.owe(session_id, f"{key}-1", "tools/call", None)
             client.memory["owed.incarnation"] = client.runtime.lease.incarnation
         row = sessions.get(session_id)
         assert row is not None
@@ -162,7 +163,7 @@ def _session_boundary(
                 f"{where} the boundary the session is {status}; the lease rule says {rule.alarm}",
             )
         if busy:
-            sessions.answered(client.memory["owed"])  # the request's handler finishes
+            ledger.answered(client.memory["owed"])  # the request's handler finishes
 
     return drive
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from lockgate.machine.sessions import Sessions, acknowledged_reports, report_event_ids
+from lockgate.machine.ledger import Ledger, acknowledged_reports, report_event_ids
 
 #: The stream id the SDK gives a session's listening GET (its events are `<this>:<token>`).
 LISTENING_STREAM = "_GET_stream"
@@ -53,18 +53,18 @@ class Inbox:
             self.resolved[request_id] = "lost"
 
 
-def collect(inbox: Inbox, sessions: Sessions, session_id: str, stream: str | None = None) -> None:
+def collect(inbox: Inbox, ledger: Ledger, session_id: str, stream: str | None = None) -> None:
     """The client's GET on its session (resuming `stream`, a request's own stream, or the
     listening one): it acknowledges what it read last, then reads the reports written to it,
     each followed by the server recording that it wrote it (the order the HTTP gate uses)."""
     acked = acknowledged_reports(inbox.last_event_id)
     if acked is not None:
-        sessions.acknowledge(session_id, acked[1])
+        ledger.acknowledge(session_id, acked[1])
         inbox.acknowledged.update(acked[1])
         inbox.last_event_id = None
-    reports = sessions.lost_reports(session_id, stream)
+    reports = ledger.lost_reports(session_id, stream)
     ids = report_event_ids(stream or LISTENING_STREAM, [record for record, _ in reports])
     for (record, error), event_id in zip(reports, ids, strict=True):
         inbox.lost(record.id, error)  # written to the wire: the client has it now
         inbox.last_event_id = event_id
-        sessions.reported(record)
+        ledger.reported(record)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx2
 
-from lockgate.machine.sessions import acknowledged_reports
+from lockgate.machine.ledger import acknowledged_reports
 from lockgate.simulation.inbox import Inbox
 from lockgate.simulation.real_process import ProcessKilled
 from lockgate.simulation.remote_client import RemoteClient, died

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from lockgate.machine.sessions import request_key
+from lockgate.machine.lost_report import request_key
 from lockgate.simulation.inbox import Inbox, collect
 from lockgate.simulation.world import Client, expect
 
@@ -42,7 +42,7 @@ def inbox_of(client: Client) -> Inbox:
 def _collect_reports(client: Client, session_id: str, stream: str | None = None) -> None:
     """The client's collecting GET on its session after a restart: lost ids are reported
     to it, once (it acknowledges what it read when it opens the GET again)."""
-    collect(inbox_of(client), client.runtime.sessions, session_id, stream)
+    collect(inbox_of(client), client.runtime.ledger, session_id, stream)
 
 
 def _request(client: Client, session_id: str, key: str, code: str) -> None:
@@ -51,17 +51,18 @@ def _request(client: Client, session_id: str, key: str, code: str) -> None:
     if client.memory.get(key):
         return
     sessions = client.runtime.sessions
+    ledger = client.runtime.ledger
     attempt = client.memory.get(key + ".attempt", 0) + 1
     client.memory[key + ".attempt"] = attempt
     request_id = f"{key}-{attempt}"
     inbox_of(client).sent(request_id)
     sessions.begin_request(session_id)
-    owed = sessions.owe(session_id, request_id, "tools/call", None)
+    owed = ledger.owe(session_id, request_id, "tools/call", None)
     client.runtime.engine.execute(
         client.principal, code, session_id, request_key(session_id, request_id)
     )
     inbox_of(client).answer(request_id)  # the response is written: the client has it
-    sessions.answered(owed)
+    ledger.answered(owed)
     sessions.end_request(session_id)
     client.memory[key] = True
 
@@ -98,16 +99,17 @@ def stream_lost(client: Client) -> None:
     """A stream ends without the answer: the id is lost, and reported on the same stream."""
     session_id = _session(client)
     sessions = client.runtime.sessions
+    ledger = client.runtime.ledger
     inbox = inbox_of(client)
     if not client.memory.get("lost"):
         inbox.sent("s-1")
         sessions.begin_request(session_id)
-        owed = sessions.owe(session_id, "s-1", "tools/call", None)
-        sessions.lose(owed)
-        row = sessions.get_owed(owed.id)
+        owed = ledger.owe(session_id, "s-1", "tools/call", None)
+        ledger.lose(owed)
+        row = ledger.get(owed.id)
         assert row is not None
-        inbox.lost(owed.id, sessions.lost_error(row))  # written on the request's own stream
-        sessions.reported(owed)
+        inbox.lost(owed.id, ledger.lost_error(row))  # written on the request's own stream
+        ledger.reported(owed)
         sessions.end_request(session_id)
         client.memory["lost"] = True
     _collect_reports(client, session_id)
@@ -119,10 +121,11 @@ def session_lease(client: Client) -> None:
     idle = _session(client)
     busy = client.remember("busy", lambda: _fresh_session(client))
     sessions = client.runtime.sessions
+    ledger = client.runtime.ledger
     if not client.memory.get("busy.begun"):
         sessions.begin_request(busy)
-        owed = sessions.owe(busy, "b-1", "tools/call", None)
-        sessions.lose(owed)  # nobody will collect this one
+        owed = ledger.owe(busy, "b-1", "tools/call", None)
+        ledger.lose(owed)  # nobody will collect this one
         client.memory["busy.begun"] = True
     client.world.clock.advance(timedelta(minutes=20))  # past the idle timeout and the cap
     client.runtime.maintain()

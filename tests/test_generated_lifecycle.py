@@ -59,9 +59,9 @@ from hypothesis.stateful import (
 )
 
 from lockgate.machine.faults import Faults
+from lockgate.machine.ledger import Ledger
 from lockgate.machine.records import Record
 from lockgate.machine.recovery import Recovery
-from lockgate.machine.sessions import Sessions
 from lockgate.machine.write_path import Applied, Step
 from lockgate.simulation.invariants import history
 from lockgate.simulation.world import World
@@ -358,9 +358,9 @@ def test_a_planted_recovery_bug_is_found(
 def test_a_planted_ledger_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """The harness drives sessions and the ledger too: a session that ends without settling
     its uncollected reports (and no recovery to make up for it) leaves ids lost forever."""
-    monkeypatch.setattr(Sessions, "_abandon_steps", lambda self, session_id: [])
-    monkeypatch.setattr(Sessions, "_abandon_ended", lambda self: 0)
-    monkeypatch.setattr(Sessions, "lose", _lose_without_abandoning)
+    monkeypatch.setattr(Ledger, "abandon_steps", lambda self, session_id: [])
+    monkeypatch.setattr(Ledger, "_abandon_ended", lambda self: 0)
+    monkeypatch.setattr(Ledger, "lose", _lose_without_abandoning)
     quick = settings(
         PROFILES["ci"], max_examples=60, stateful_step_count=10, phases=[Phase.generate]
     )
@@ -368,7 +368,7 @@ def test_a_planted_ledger_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
         run_state_machine_as_test(lifecycle_state_machine(), settings=quick)
 
 
-def _lose_without_abandoning(self: Sessions, owed: Record) -> None:
+def _lose_without_abandoning(self: Ledger, owed: Record) -> None:
     self.write.apply(Step(owed, "lose"))
 
 

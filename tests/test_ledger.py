@@ -27,8 +27,8 @@ from mcp import MCPError
 
 from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.lost_report import request_key
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import request_key
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.session_gate import SessionGate
 from lockgate.spec import CrashPoint
@@ -171,13 +171,13 @@ def test_stale_ledger_rows_never_extend_a_session_lease(
     before = make_runtime(clock=clock, instance_name="a", **limits)
     opened(before, "stale")
     before.sessions.begin_request("stale")
-    before.sessions.owe("stale", 7, "tools/call", None)  # ... and the process dies owing it
+    before.ledger.owe("stale", 7, "tools/call", None)  # ... and the process dies owing it
 
     after = make_runtime(clock=clock, instance_name="a", **limits)  # the restart
     assert after.lease.incarnation > before.lease.incarnation
     opened(after, "current")
     after.sessions.begin_request("current")
-    after.sessions.owe("current", 8, "tools/call", None)
+    after.ledger.owe("current", 8, "tools/call", None)
     opened(after, "quiet")
 
     clock.advance(timedelta(seconds=30))
@@ -203,8 +203,8 @@ def test_two_concurrent_gets_report_a_lost_id_once(
 ) -> None:
     runtime = make_runtime()
     opened(runtime, "s")
-    owed = runtime.sessions.owe("s", 9, "tools/call", None)
-    runtime.sessions.lose(owed)
+    owed = runtime.ledger.owe("s", 9, "tools/call", None)
+    runtime.ledger.lose(owed)
     first_started = anyio.Event()
     release_first = anyio.Event()
     second_done = anyio.Event()
@@ -268,7 +268,7 @@ def test_a_resuming_get_reports_only_its_own_stream(
     runtime = make_runtime()
     opened(runtime, "s")
     for request_id in (5, 6):
-        runtime.sessions.lose(runtime.sessions.owe("s", request_id, "tools/call", None))
+        runtime.ledger.lose(runtime.ledger.owe("s", request_id, "tools/call", None))
 
     async def inner(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -334,14 +334,14 @@ def test_a_report_after_a_lease_lapse_tells_the_recovered_fate(
     a = make_runtime(clock=clock, instance_name="a", faults=Faults([write_ran]), **common)
     opened(a, "s")
     a.sessions.begin_request("s")
-    a.sessions.owe("s", 3, "tools/call", None)
+    a.ledger.owe("s", 3, "tools/call", None)
     code = "tools.notes.write(key='k', text='v')\n'written'"
     with pytest.raises(InjectedCrash):  # a "dies" after the write's effect
         a.engine.execute("alice", code, "s", request_key("s", 3))
     clock.advance(timedelta(seconds=5))  # a's lease lapsed; b has not run recovery yet
     b = make_runtime(clock=clock, instance_name="b", **common)
 
-    [(_, error)] = b.sessions.lost_reports("s")  # the client's GET lands on b
+    [(_, error)] = b.ledger.lost_reports("s")  # the client's GET lands on b
     body: Any = error["error"]
     data: dict[str, Any] = body["data"]
     b.maintain()  # b's next maintenance round recovers a's work

@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 
 from lockgate.machine.db.schema import OwedRequest
+from lockgate.machine.ledger import MAX_REPORTS_PER_RESPONSE
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import MAX_REPORTS_PER_RESPONSE
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.session_gate import SessionGate
 from tests.support.servers import run
@@ -33,8 +33,8 @@ class ConnectionBroke(Exception):
 
 
 def _lost(runtime: Runtime, session_id: str, request_id: int) -> str:
-    owed = runtime.sessions.owe(session_id, request_id, "tools/call", None)
-    runtime.sessions.lose(owed)
+    owed = runtime.ledger.owe(session_id, request_id, "tools/call", None)
+    runtime.ledger.lose(owed)
     return owed.id
 
 

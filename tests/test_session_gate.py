@@ -15,8 +15,8 @@ import anyio
 from sqlmodel import select
 
 from lockgate.machine.db.schema import OwedRequest, Session
+from lockgate.machine.ledger import report_event_ids
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import report_event_ids
 from lockgate.server.auth import OVER_LIMIT
 from lockgate.server.owed_response import DrainSignal, sse_event, stream_ready
 from lockgate.server.session_gate import SESSION_NOT_FOUND, SessionGate
@@ -211,9 +211,9 @@ def one_owed(runtime: Runtime) -> OwedRequest:
 
 
 def lost_error_of(runtime: Runtime, row: OwedRequest) -> dict[str, Any]:
-    fresh = runtime.sessions.get_owed(row.id)
+    fresh = runtime.ledger.get(row.id)
     assert fresh is not None
-    return runtime.sessions.lost_error(fresh)
+    return runtime.ledger.lost_error(fresh)
 
 
 # -- what passes straight through ------------------------------------------------------------
@@ -846,8 +846,8 @@ def test_a_delete_closes_the_session_whoever_holds_its_transport(
 
 
 def lose(runtime: Runtime, request_id: Any, session_id: str = "s") -> str:
-    owed = runtime.sessions.owe(session_id, request_id, "tools/call", None)
-    runtime.sessions.lose(owed)
+    owed = runtime.ledger.owe(session_id, request_id, "tools/call", None)
+    runtime.ledger.lose(owed)
     return owed.id
 
 
@@ -894,7 +894,7 @@ def test_a_resuming_get_gets_its_streams_report_under_that_streams_ids(
     reply = run(exchange(gate, scope("GET", last_event_id="5:3")))
     assert [m["id"] for m in reply.sse()] == [5]
     assert f"id: 5:r{mine}\r\n".encode() in reply.body
-    assert runtime.sessions.get_owed(other) is not None
+    assert runtime.ledger.get(other) is not None
     assert {r.id: r.status for r in owed_rows(runtime)} == {mine: "reported", other: "lost"}
 
 
@@ -940,7 +940,7 @@ def test_resuming_a_stream_with_nothing_left_to_say_is_an_error(
 ) -> None:
     runtime = make_runtime()
     opened(runtime)
-    runtime.sessions.owe("s", 7, "tools/call", None)  # still owed: its answer may come
+    runtime.ledger.owe("s", 7, "tools/call", None)  # still owed: its answer may come
     transport = Transport()
     asked: list[tuple[str, str]] = []
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from lockgate.machine.records import Record
-from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import (
+from lockgate.machine.ledger import (
     MAX_REPORTS_PER_RESPONSE,
     acknowledged_reports,
     report_event_ids,
 )
+from lockgate.machine.records import Record
+from lockgate.machine.runtime import Runtime
 from tests.support.sessions import FakeClock, opened, owed_status
 
 MakeRuntime = Callable[..., Runtime]
@@ -24,8 +24,8 @@ B = "fedcba9876543210" * 2
 
 
 def lost(runtime: Runtime, session_id: str, request_id: int) -> Record:
-    owed = runtime.sessions.owe(session_id, request_id, "tools/call", None)
-    runtime.sessions.lose(owed)
+    owed = runtime.ledger.owe(session_id, request_id, "tools/call", None)
+    runtime.ledger.lose(owed)
     return owed
 
 
@@ -82,12 +82,12 @@ def test_acknowledging_settles_the_named_lost_reports_of_the_session_only(
     opened(runtime, "s")
     opened(runtime, "t", principal="bob")
     first, second, kept = lost(runtime, "s", 1), lost(runtime, "s", 2), lost(runtime, "s", 3)
-    still_owed = runtime.sessions.owe("s", 4, "tools/call", None)
-    answered = runtime.sessions.owe("s", 5, "tools/call", None)
-    runtime.sessions.answered(answered)
+    still_owed = runtime.ledger.owe("s", 4, "tools/call", None)
+    answered = runtime.ledger.owe("s", 5, "tools/call", None)
+    runtime.ledger.answered(answered)
     bobs = lost(runtime, "t", 1)
     named = [first.id, second.id, still_owed.id, answered.id, bobs.id, B]
-    assert runtime.sessions.acknowledge("s", named) == 2
+    assert runtime.ledger.acknowledge("s", named) == 2
     assert [owed_status(runtime, o.id) for o in (first, second, kept)] == [
         "reported",
         "reported",
@@ -96,15 +96,15 @@ def test_acknowledging_settles_the_named_lost_reports_of_the_session_only(
     assert owed_status(runtime, still_owed.id) == "owed"
     assert owed_status(runtime, answered.id) == "answered"
     assert owed_status(runtime, bobs.id) == "lost"
-    assert [r.id for r, _ in runtime.sessions.lost_reports("s")] == [kept.id]
-    assert runtime.sessions.acknowledge("s", named) == 0  # already settled
+    assert [r.id for r, _ in runtime.ledger.lost_reports("s")] == [kept.id]
+    assert runtime.ledger.acknowledge("s", named) == 0  # already settled
 
 
 def test_get_owed_reads_one_entry(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
-    owed = runtime.sessions.owe("s", "x", "tools/list", "e1")
-    row = runtime.sessions.get_owed(owed.id)
+    owed = runtime.ledger.owe("s", "x", "tools/list", "e1")
+    row = runtime.ledger.get(owed.id)
     assert row is not None
     assert (row.session_id, row.request_id, row.method, row.status) == (
         "s",
@@ -113,7 +113,7 @@ def test_get_owed_reads_one_entry(make_runtime: MakeRuntime) -> None:
         "owed",
     )
     assert row.execution_id == "e1"
-    assert runtime.sessions.get_owed(B) is None
+    assert runtime.ledger.get(B) is None
 
 
 # -- reports nobody can collect ----------------------------------------------------------------
@@ -126,14 +126,14 @@ def test_an_id_lost_after_its_session_closed_is_abandoned_at_once(
     runtime = make_runtime()
     opened(runtime, "s")
     opened(runtime, "t")
-    running = runtime.sessions.owe("s", 1, "tools/call", None)
-    elsewhere = runtime.sessions.owe("t", 1, "tools/call", None)
+    running = runtime.ledger.owe("s", 1, "tools/call", None)
+    elsewhere = runtime.ledger.owe("t", 1, "tools/call", None)
     assert runtime.sessions.close("s")
-    runtime.sessions.lose(running)
-    runtime.sessions.lose(elsewhere)
+    runtime.ledger.lose(running)
+    runtime.ledger.lose(elsewhere)
     assert owed_status(runtime, running.id) == "uncollected"
     assert owed_status(runtime, elsewhere.id) == "lost"  # its session is live
-    runtime.sessions.lose(running)  # losing it again is harmless
+    runtime.ledger.lose(running)  # losing it again is harmless
     assert owed_status(runtime, running.id) == "uncollected"
 
 
@@ -144,8 +144,8 @@ def test_recovery_abandons_what_a_dead_incarnation_lost_after_its_session_ended(
     dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
     for session_id in ("gone", "live"):
         opened(dead, session_id)
-    on_gone = [dead.sessions.owe("gone", n, "tools/call", None) for n in (1, 2)]
-    on_live = dead.sessions.owe("live", 1, "tools/call", None)
+    on_gone = [dead.ledger.owe("gone", n, "tools/call", None) for n in (1, 2)]
+    on_live = dead.ledger.owe("live", 1, "tools/call", None)
     clock.advance(timedelta(seconds=5))
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
     assert alive.sessions.close("gone")  # its owed ids are not lost yet: they stay owed

@@ -19,8 +19,8 @@ from sqlmodel import select
 
 from lockgate.machine.db.schema import Session
 from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.lost_report import REQUEST_LOST, request_key
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import REQUEST_LOST, request_key
 from lockgate.server.durable_sessions import DurableSessionManager, restored_params
 from lockgate.server.session_gate import SessionGate
 from lockgate.spec import CrashPoint
@@ -71,9 +71,9 @@ def test_closing_ends_the_session_and_settles_its_uncollected_reports(
 ) -> None:
     runtime = make_runtime()
     opened(runtime)
-    lost = runtime.sessions.owe("s", 1, "tools/call", None)
-    runtime.sessions.lose(lost)
-    owed = runtime.sessions.owe("s", 2, "tools/call", None)
+    lost = runtime.ledger.owe("s", 1, "tools/call", None)
+    runtime.ledger.lose(lost)
+    owed = runtime.ledger.owe("s", 2, "tools/call", None)
     assert runtime.sessions.live_count("alice") == 1
     assert runtime.sessions.close("s") is True
     assert session_status(runtime, "s") == "closed"
@@ -100,31 +100,31 @@ def test_live_count_counts_the_principals_live_sessions_only(make_runtime: MakeR
 def test_every_owed_id_ends_answered_or_reported(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
-    answered = runtime.sessions.owe("s", 1, "tools/call", None)
-    runtime.sessions.answered(answered)
+    answered = runtime.ledger.owe("s", 1, "tools/call", None)
+    runtime.ledger.answered(answered)
     assert owed_status(runtime, answered.id) == "answered"
-    runtime.sessions.answered(answered)  # twice is harmless
-    reported = runtime.sessions.owe("s", "two", "tools/call", None)
-    runtime.sessions.lose(reported)
+    runtime.ledger.answered(answered)  # twice is harmless
+    reported = runtime.ledger.owe("s", "two", "tools/call", None)
+    runtime.ledger.lose(reported)
     assert owed_status(runtime, reported.id) == "lost"
-    assert runtime.sessions.still_owed("s", "two") is False
-    runtime.sessions.reported(reported)
+    assert runtime.ledger.still_owed("s", "two") is False
+    runtime.ledger.reported(reported)
     assert owed_status(runtime, reported.id) == "reported"
-    assert runtime.sessions.lost_reports("s") == []
+    assert runtime.ledger.lost_reports("s") == []
 
 
 def test_lost_reports_for_one_stream_name_only_its_request(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
     for request_id in (1, "b"):
-        runtime.sessions.lose(runtime.sessions.owe("s", request_id, "tools/call", None))
-    still = runtime.sessions.owe("s", 3, "tools/call", None)
-    [(record, error)] = runtime.sessions.lost_reports("s", "b")
+        runtime.ledger.lose(runtime.ledger.owe("s", request_id, "tools/call", None))
+    still = runtime.ledger.owe("s", 3, "tools/call", None)
+    [(record, error)] = runtime.ledger.lost_reports("s", "b")
     assert error["id"] == "b"
     assert record.status == "lost"
-    assert sorted(str(e["id"]) for _, e in runtime.sessions.lost_reports("s")) == ["1", "b"]
-    assert runtime.sessions.still_owed("s", "3") is True
-    assert runtime.sessions.still_owed("s", "1") is False
+    assert sorted(str(e["id"]) for _, e in runtime.ledger.lost_reports("s")) == ["1", "b"]
+    assert runtime.ledger.still_owed("s", "3") is True
+    assert runtime.ledger.still_owed("s", "1") is False
     assert owed_status(runtime, still.id) == "owed"
 
 
@@ -133,8 +133,8 @@ def test_a_lost_request_that_started_nothing_says_to_send_it_again(
 ) -> None:
     runtime = make_runtime()
     opened(runtime)
-    runtime.sessions.lose(runtime.sessions.owe("s", 5, "tools/list", None))
-    [(_, error)] = runtime.sessions.lost_reports("s")
+    runtime.ledger.lose(runtime.ledger.owe("s", 5, "tools/list", None))
+    [(_, error)] = runtime.ledger.lost_reports("s")
     assert error == {
         "jsonrpc": "2.0",
         "id": 5,
@@ -154,7 +154,7 @@ def test_a_lost_request_that_started_nothing_says_to_send_it_again(
 
 
 def _data(runtime: Runtime) -> dict[str, Any]:
-    [(_, error)] = runtime.sessions.lost_reports("s")
+    [(_, error)] = runtime.ledger.lost_reports("s")
     body: Any = error["error"]
     assert body["code"] == REQUEST_LOST
     data: dict[str, Any] = body["data"]
@@ -168,7 +168,7 @@ def test_a_lost_request_names_what_became_of_its_execution(make_runtime: MakeRun
     paused = runtime.engine.execute(
         "alice", "tools.notes.write(key='k', text='v')", "s", request_key("s", 1)
     )
-    runtime.sessions.lose(runtime.sessions.owe("s", 1, "tools/call", None))
+    runtime.ledger.lose(runtime.ledger.owe("s", 1, "tools/call", None))
     data = _data(runtime)
     assert (data["executionId"], data["status"], data["next"]) == (
         paused.id,
@@ -179,11 +179,11 @@ def test_a_lost_request_names_what_became_of_its_execution(make_runtime: MakeRun
         "The execution is paused for approval: call `resume` with this executionId and "
         "action accept, decline or cancel."
     )
-    [(record, _)] = runtime.sessions.lost_reports("s")
-    runtime.sessions.reported(record)
+    [(record, _)] = runtime.ledger.lost_reports("s")
+    runtime.ledger.reported(record)
     # Or named by the resume that was lost.
     done = runtime.engine.execute("alice", "1 + 1")
-    runtime.sessions.lose(runtime.sessions.owe("s", 2, "tools/call", done.id))
+    runtime.ledger.lose(runtime.ledger.owe("s", 2, "tools/call", done.id))
     data = _data(runtime)
     assert (data["executionId"], data["status"], data["next"]) == (done.id, "completed", "fetch")
     assert data["hint"] == (
@@ -198,10 +198,10 @@ def test_a_dead_incarnations_sessions_go_idle_and_its_debts_are_lost(
     clock = FakeClock()
     dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
     dead.sessions.open("s", "alice", PROTOCOL, {}, {})  # active, owing a request
-    owed = dead.sessions.owe("s", 1, "tools/call", None)
+    owed = dead.ledger.owe("s", 1, "tools/call", None)
     clock.advance(timedelta(seconds=5))
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
-    mine = alive.sessions.owe("s", 2, "tools/call", None)
+    mine = alive.ledger.owe("s", 2, "tools/call", None)
     assert alive.sessions.recover() == 2  # one session released, one request lost
     assert session_status(alive, "s") == "idle"
     assert owed_status(alive, owed.id) == "lost"
@@ -298,8 +298,8 @@ def test_the_sweep_keeps_a_session_with_running_work_only(make_runtime: MakeRunt
     runtime = make_runtime(clock=clock, faults=Faults([started]), **limits)
     opened(runtime, "busy")
     opened(runtime, "quiet")
-    lost = runtime.sessions.owe("quiet", 1, "tools/call", None)
-    runtime.sessions.lose(lost)  # a report nobody collected
+    lost = runtime.ledger.owe("quiet", 1, "tools/call", None)
+    runtime.ledger.lose(lost)  # a report nobody collected
     with pytest.raises(InjectedCrash):  # the execution stays running, in session busy
         runtime.engine.execute("alice", "1 + 1", "busy", request_key("busy", 1))
     clock.advance(timedelta(seconds=90))
@@ -316,14 +316,14 @@ def test_a_report_for_one_session_takes_over_only_that_sessions_debts(
     dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
     opened(dead, "s")
     opened(dead, "t")
-    on_s = dead.sessions.owe("s", 1, "tools/call", None)
-    on_t = dead.sessions.owe("t", 1, "tools/call", None)
+    on_s = dead.ledger.owe("s", 1, "tools/call", None)
+    on_t = dead.ledger.owe("t", 1, "tools/call", None)
     clock.advance(timedelta(seconds=5))
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
-    [(record, error)] = alive.sessions.lost_reports("s")
+    [(record, error)] = alive.ledger.lost_reports("s")
     assert record.id == on_s.id and error["id"] == 1
     assert owed_status(alive, on_t.id) == "owed"  # t's GET will report it
-    assert [r.id for r, _ in alive.sessions.lost_reports("t")] == [on_t.id]
+    assert [r.id for r, _ in alive.ledger.lost_reports("t")] == [on_t.id]
 
 
 def test_recovery_takes_over_dead_incarnations_only(make_runtime: MakeRuntime) -> None:
@@ -331,12 +331,12 @@ def test_recovery_takes_over_dead_incarnations_only(make_runtime: MakeRuntime) -
     dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="10")
     for session_id in ("d1", "d2"):
         dead.sessions.open(session_id, "alice", PROTOCOL, {}, {})
-    lost = [dead.sessions.owe("d1", n, "tools/call", None) for n in (1, 2)]
+    lost = [dead.ledger.owe("d1", n, "tools/call", None) for n in (1, 2)]
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
     other = make_runtime(clock=clock, instance_name="other", lease_ttl="60")
     assert alive.sessions.recover() == 0  # nobody is dead yet
     alive.sessions.open("mine", "alice", PROTOCOL, {}, {})
-    theirs = other.sessions.owe("mine", 9, "tools/call", None)
+    theirs = other.ledger.owe("mine", 9, "tools/call", None)
     clock.advance(timedelta(seconds=10))  # dead's lease ends exactly now
     assert alive.sessions.recover() == 4  # two sessions released, two requests lost
     assert [session_status(alive, s) for s in ("d1", "d2", "mine")] == ["idle", "idle", "active"]
@@ -345,7 +345,7 @@ def test_recovery_takes_over_dead_incarnations_only(make_runtime: MakeRuntime) -
 
 
 def _lost_data_after(runtime: Runtime, session_id: str = "s") -> dict[str, Any]:
-    [(_, error)] = runtime.sessions.lost_reports(session_id)
+    [(_, error)] = runtime.ledger.lost_reports(session_id)
     body: Any = error["error"]
     data: dict[str, Any] = body["data"]
     return data
@@ -357,7 +357,7 @@ def test_a_lost_request_whose_execution_runs_on_says_to_wait(make_runtime: MakeR
     opened(runtime)
     with pytest.raises(InjectedCrash):
         runtime.engine.execute("alice", "1 + 1", "s", request_key("s", 1))
-    runtime.sessions.lose(runtime.sessions.owe("s", 1, "tools/call", None))
+    runtime.ledger.lose(runtime.ledger.owe("s", 1, "tools/call", None))
     data = _lost_data_after(runtime)
     assert (data["status"], data["next"]) == ("running", "wait")
     assert data["hint"] == (
@@ -374,7 +374,7 @@ def test_a_lost_request_whose_execution_was_interrupted_says_what_ran(
     write_ran = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
     dying = make_runtime(clock=clock, instance_name="a", faults=Faults([write_ran]), **common)
     opened(dying)
-    dying.sessions.owe("s", 3, "tools/call", None)
+    dying.ledger.owe("s", 3, "tools/call", None)
     with pytest.raises(InjectedCrash):
         dying.engine.execute(
             "alice", "tools.notes.write(key='k', text='v')", "s", request_key("s", 3)

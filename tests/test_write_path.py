@@ -74,8 +74,8 @@ def test_apply_needs_a_step(make_runtime: MakeRuntime) -> None:
 def test_two_external_effects_never_share_a_transaction(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
-    first = runtime.sessions.owe("s", 1, "tools/call", None)
-    second = runtime.sessions.owe("s", 2, "tools/call", None)
+    first = runtime.ledger.owe("s", 1, "tools/call", None)
+    second = runtime.ledger.owe("s", 2, "tools/call", None)
     ran: list[str] = []
     with pytest.raises(ValueError) as refused:
         runtime.engine.write.apply(
@@ -89,7 +89,7 @@ def test_two_external_effects_never_share_a_transaction(make_runtime: MakeRuntim
 def test_a_transition_with_an_external_effect_needs_the_effect(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     with pytest.raises(ValueError) as refused:
         runtime.engine.write.apply(Step(owed, "answer"))
     assert str(refused.value) == "'answer' needs its external effect to run"
@@ -101,7 +101,7 @@ def test_an_effect_without_a_transition_declaring_one_is_refused(
 ) -> None:
     runtime = make_runtime()
     opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     ran: list[str] = []
     with pytest.raises(ValueError) as refused:
         runtime.engine.write.apply(Step(owed, "lose"), effect=lambda: ran.append("x"))
@@ -114,7 +114,7 @@ def test_an_effect_first_transition_runs_its_effect_once_and_returns_its_result(
 ) -> None:
     runtime = make_runtime()
     opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     ran: list[str] = []
 
     def write_response() -> str:
@@ -134,7 +134,7 @@ def test_an_effect_first_transition_runs_its_effect_once_and_returns_its_result(
 def test_without_an_effect_there_is_no_effect_result(make_runtime: MakeRuntime) -> None:
     runtime = make_runtime()
     opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     applied: Applied[None] = runtime.engine.write.apply(Step(owed, "lose"))
     assert applied.effect_result is None
     assert [c.dest for c in applied.changes] == ["lost"]
@@ -145,7 +145,7 @@ def test_a_fenced_write_conflicts_once_the_fence_moved(make_runtime: MakeRuntime
     the writer read; otherwise nothing of the transaction is written."""
     runtime = make_runtime()
     session = opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     stale = Record(session.machine, session.id, session.status, session.version, {})
     runtime.engine.write.apply(Step(session, "end_request"))  # the session moved on
     with pytest.raises(Conflict):
@@ -173,7 +173,7 @@ def test_a_store_write_commits_in_its_transition_s_transaction_or_not_at_all(
     make_runtime: MakeRuntime,
 ) -> None:
     runtime = make_runtime()
-    owed = runtime.sessions.owe(opened(runtime).id, 1, "tools/call", None)
+    owed = runtime.ledger.owe(opened(runtime).id, 1, "tools/call", None)
     refused = RecordingWrite(refuse=True)
     with pytest.raises(LookupError):
         runtime.engine.write.apply(Step(owed, "lose"), writes=[refused])
@@ -190,7 +190,7 @@ def test_a_store_write_is_not_made_when_the_transition_s_fence_moved(
 ) -> None:
     runtime = make_runtime()
     session = opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     stale = Record(session.machine, session.id, session.status, session.version, {})
     runtime.engine.write.apply(Step(session, "end_request"))
     write = RecordingWrite(refuse=True)  # it would refuse if it ran: the fence goes first
@@ -259,7 +259,7 @@ def test_observers_are_told_each_committed_transaction(make_runtime: MakeRuntime
     write that conflicted."""
     runtime = make_runtime()
     session = opened(runtime)
-    owed = runtime.sessions.owe("s", 1, "tools/call", None)
+    owed = runtime.ledger.owe("s", 1, "tools/call", None)
     seen: list[list[tuple[str, str, str]]] = []
     runtime.engine.write.observers.append(
         lambda changes: seen.append([(c.record_id, c.source, c.dest) for c in changes])
@@ -280,7 +280,7 @@ def test_a_row_created_alone_passes_its_creation_crash_points(
     faults = Faults()
     runtime = make_runtime(faults=faults)
     opened(runtime)
-    runtime.sessions.owe("s", "1", "tools/call", None)
+    runtime.ledger.owe("s", "1", "tools/call", None)
     runtime.engine.submit("alice", "1")
     before, after = spec.creation_points(spec.MACHINES[machine])
     initial = spec.MACHINES[machine].initial.name

@@ -363,7 +363,7 @@ def session_status(runtime: Runtime, session_id: str = "s") -> str:
 
 
 def owed_status(runtime: Runtime, owed_id: str) -> str:
-    row = runtime.sessions.get_owed(owed_id)
+    row = runtime.ledger.get(owed_id)
     assert row is not None
     return row.status
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, select
 
 from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.lost_report import request_key
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.sessions import request_key
 from lockgate.simulation.inbox import collect
 from tests.support.lifecycle.choices import Choices, pick
 from tests.support.lifecycle.client import Client
@@ -74,9 +74,10 @@ class SessionActions:
 
         def call() -> None:
             sessions = runtime.sessions
+            ledger = runtime.ledger
             client.inbox.sent(request_id)
             sessions.begin_request(session_id)
-            owed = sessions.owe(session_id, request_id, "tools/call", None)
+            owed = ledger.owe(session_id, request_id, "tools/call", None)
             d.note(f"{runtime.settings.instance_name}: {request_id} on {session_id[:8]}")
             if answered:
                 view = runtime.engine.execute(
@@ -84,9 +85,9 @@ class SessionActions:
                 )
                 client.executions.setdefault(view.id, program)
                 client.inbox.answer(request_id)  # the response is written: the client has it
-                sessions.answered(owed)
+                ledger.answered(owed)
             else:
-                sessions.lose(owed)  # the client's stream closed before the answer
+                ledger.lose(owed)  # the client's stream closed before the answer
             sessions.end_request(session_id)
 
         d.act(runtime, call)
@@ -100,7 +101,7 @@ class SessionActions:
         session_id = pick(data, live, "session")
         runtime = d.pick_runtime(data)
         d.note(f"{runtime.settings.instance_name}: GET on {session_id[:8]}")
-        d.act(runtime, lambda: collect(self.client.inbox, runtime.sessions, session_id))
+        d.act(runtime, lambda: collect(self.client.inbox, runtime.ledger, session_id))
 
     def close_session(self, data: Choices, *, busy: bool = False) -> None:
         """DELETE on a session (with a request still in flight, when `busy`)."""
@@ -114,13 +115,11 @@ class SessionActions:
             owed = None
             if busy:
                 runtime.sessions.begin_request(session_id)
-                owed = runtime.sessions.owe(
-                    session_id, self.client.request_id(), "tools/call", None
-                )
+                owed = runtime.ledger.owe(session_id, self.client.request_id(), "tools/call", None)
             d.note(f"{runtime.settings.instance_name}: DELETE {session_id[:8]}")
             runtime.sessions.close(session_id)
             if owed is not None:
-                runtime.sessions.lose(owed)  # the request's stream ends with its session
+                runtime.ledger.lose(owed)  # the request's stream ends with its session
 
         d.act(runtime, close)
 
@@ -139,7 +138,7 @@ class SessionActions:
             request_id = client.request_id()
             client.inbox.sent(request_id)
             runtime.sessions.begin_request(session_id)
-            runtime.sessions.owe(session_id, request_id, "tools/call", None)
+            runtime.ledger.owe(session_id, request_id, "tools/call", None)
             if after_close:
                 runtime.sessions.close(session_id)
 
