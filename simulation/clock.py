@@ -16,9 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
-from sqlmodel import select
-
-from lockgate.machine.db.schema import Execution, Instance
+from lockgate.machine.db.schema import Execution
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionExpired
 from lockgate.machine.runtime import Runtime
@@ -43,8 +41,7 @@ def around(client: Client, boundary: datetime) -> Iterator[tuple[str, bool]]:
 
 
 def _execution(runtime: Runtime, execution_id: str) -> Execution:
-    with runtime.engine.store.session() as s:
-        row = s.get(Execution, execution_id)
+    row = runtime.engine.store.executions.get(execution_id)
     if row is None:
         raise ScenarioFailed(f"execution {execution_id} is gone")
     return row
@@ -83,21 +80,15 @@ def instance_lease(client: Client) -> None:
     )
     with Held(gate, lambda: a.engine.execute(client.principal, STALLED_CODE), "a") as held:
         if gate.wait_until_held():
-            with a.engine.store.session() as s:
-                row = s.get(Instance, a.lease.id)
+            row = a.engine.store.instances.get(a.lease.id)
             assert row is not None
             for where, reached in around(client, row.lease_until):
                 b.lease.heartbeat()
                 b.maintain()
-                with b.engine.store.session() as s:
-                    mine = s.get(Instance, a.lease.id)
-                    running = list(
-                        s.exec(
-                            select(Execution.id).where(
-                                Execution.owner == a.lease.id, Execution.status == E.RUNNING
-                            )
-                        )
-                    )
+                mine = b.engine.store.instances.get(a.lease.id)
+                running = [
+                    e.id for e in b.engine.store.executions.running() if e.owner == a.lease.id
+                ]
                 assert mine is not None
                 dead = mine.status == "dead"
                 expect(dead == reached, f"{where} a's lease ends, a is {mine.status}")

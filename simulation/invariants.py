@@ -12,16 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import Engine
-from sqlmodel import Session, col, select
 
+from lockgate.machine.db.audit_queries import AuditQueries, Engine
 from lockgate.machine.db.schema import (
     Execution,
-    Instance,
     OwedRequest,
     ToolCall,
     TransitionLog,
-    metadata,
 )
 from lockgate.machine.db.schema import Session as SessionRow
 from lockgate.simulation.inbox import Inbox
@@ -29,7 +26,6 @@ from lockgate.spec import (
     COMPOSITIONS,
     MACHINES,
     ExecutionStatus,
-    InstanceStatus,
     OwedRequestStatus,
     SessionStatus,
     ToolCallStatus,
@@ -89,32 +85,21 @@ def check_all(
     same scenario made without a crash (`calls_made`), for checkpoint fidelity. `inbox`:
     what the scenario's client received on its sessions."""
     found: list[Violation] = []
-    with Session(engine) as s:
-        executions = list(s.exec(select(Execution)))
-        calls = list(s.exec(select(ToolCall)))
-        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
-        live = {
-            i.id
-            for i in s.exec(
-                select(Instance).where(
-                    col(Instance.status).in_([InstanceStatus.LIVE, InstanceStatus.DRAINING])
-                )
-            )
-        }
+    audit = AuditQueries(engine)
+    executions, calls, log = audit.executions(), audit.tool_calls(), audit.transitions()
+    live = audit.live_instance_ids()
     found += _stranded(executions, calls, set() if quiescent else live)
     found += _terminal_unchanged(log)
     found += _approvals_once(log)
     found += _effects_once(calls, list(effects))
     found += _in_doubt_named(executions, calls)
     found += _edges_declared(log, calls)
-    found += _canary(engine, list(logs), canary)
+    found += _canary(audit, list(logs), canary)
     found += _no_internal_failures(executions)
     found += _dispatched_as_allowed(calls, log, list(effects))
     if baseline is not None:
         found += _no_extra_calls(executions, calls, baseline)
-    with Session(engine) as s:
-        owed = list(s.exec(select(OwedRequest)))
-        sessions = list(s.exec(select(SessionRow)))
+    owed, sessions = audit.owed_requests(), audit.sessions()
     live_sessions = {
         r.id for r in sessions if r.status in (SessionStatus.ACTIVE, SessionStatus.IDLE)
     }
@@ -197,10 +182,8 @@ def _dispatched_as_allowed(
 
 def calls_made(engine: Engine) -> CallLists:
     """Per execution code, the call lists of its executions (the baseline of a scenario)."""
-    with Session(engine) as s:
-        executions = list(s.exec(select(Execution)))
-        calls = list(s.exec(select(ToolCall).order_by(col(ToolCall.seq))))
-    return _call_lists(executions, calls)[0]
+    audit = AuditQueries(engine)
+    return _call_lists(audit.executions(), audit.tool_calls())[0]
 
 
 #: Statuses in which an execution's code ran to its own end: its calls are all it makes.
@@ -404,25 +387,18 @@ def _trace_problems(log: list[TransitionLog], calls: list[ToolCall]) -> list[str
 
 def trace_problems(engine: Engine) -> list[str]:
     """Where a database's transition log disagrees with the model (for the test suite)."""
-    with Session(engine) as s:
-        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
-        calls = list(s.exec(select(ToolCall)))
-    return _trace_problems(log, calls)
+    audit = AuditQueries(engine)
+    return _trace_problems(audit.transitions(), audit.tool_calls())
 
 
-def _canary(engine: Engine, logs: list[str], canary: str) -> list[Violation]:
+def _canary(audit: AuditQueries, logs: list[str], canary: str) -> list[Violation]:
     out = []
-    with engine.connect() as conn:
-        for table in metadata.sorted_tables:
-            for row in conn.execute(table.select()):
-                for value in row:
-                    text = (
-                        bytes(value).decode("latin-1")
-                        if isinstance(value, bytes | memoryview)
-                        else repr(value)
-                    )
-                    if canary in text:
-                        out.append(Violation(INVARIANTS[7], f"in table {table.name}"))
+    for table, value in audit.every_value():
+        text = (
+            bytes(value).decode("latin-1") if isinstance(value, bytes | memoryview) else repr(value)
+        )
+        if canary in text:
+            out.append(Violation(INVARIANTS[7], f"in table {table}"))
     if any(canary in line for line in logs):
         out.append(Violation(INVARIANTS[7], "in the logs"))
     return out
@@ -431,10 +407,8 @@ def _canary(engine: Engine, logs: list[str], canary: str) -> list[Violation]:
 def history(engine: Engine, record_ids: Iterable[str]) -> list[str]:
     """The persisted transitions of some records, oldest first: a violation's trace."""
     wanted = set(record_ids)
-    with Session(engine) as s:
-        rows = s.exec(select(TransitionLog).order_by(col(TransitionLog.id)))
-        return [
-            f"{row.machine} {row.record_id}: {row.event} {row.source}->{row.dest}"
-            for row in rows
-            if not wanted or any(row.record_id.startswith(w) for w in wanted)
-        ]
+    return [
+        f"{row.machine} {row.record_id}: {row.event} {row.source}->{row.dest}"
+        for row in AuditQueries(engine).transitions()
+        if not wanted or any(row.record_id.startswith(w) for w in wanted)
+    ]

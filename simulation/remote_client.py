@@ -18,9 +18,10 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import JsonValue
-from sqlmodel import Session, select
 
-from lockgate.machine.db.schema import Execution, Instance
+from lockgate.machine.db.audit_queries import AuditQueries
+from lockgate.machine.db.execution_queries import ExecutionQueries
+from lockgate.machine.db.schema import Execution
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import (
@@ -136,12 +137,10 @@ class RemoteClient:
     # -- the deployment's database, read as an operator would --------------------------------
 
     def execution_row(self, execution_id: str) -> Execution | None:
-        with Session(self.deployment.db) as s:
-            return s.get(Execution, execution_id)
+        return ExecutionQueries(self.deployment.db).get(execution_id)
 
     def instance_status(self, name: str) -> str | None:
-        with Session(self.deployment.db) as s:
-            rows = list(s.exec(select(Instance).where(Instance.name == name)))
+        rows = [row for row in AuditQueries(self.deployment.db).instances() if row.name == name]
         return max(rows, key=lambda r: r.incarnation).status if rows else None
 
 

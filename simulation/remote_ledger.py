@@ -13,10 +13,9 @@ import threading
 from collections.abc import Callable
 
 import httpx2
-from sqlmodel import Session, select
 
-from lockgate.machine.db.schema import OwedRequest
-from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.db.audit_queries import AuditQueries
+from lockgate.machine.db.session_queries import SessionQueries
 from lockgate.simulation.real_process import ProcessKilled
 from lockgate.simulation.remote_client import RemoteClient, wait
 from lockgate.simulation.remote_session import SessionClient, SessionGone, compute_code
@@ -59,8 +58,8 @@ def stream_lost(client: RemoteClient) -> None:
 
 
 def _owed_settled_or_lost(client: RemoteClient, request_id: str) -> bool:
-    with Session(client.deployment.db) as s:
-        rows = [r for r in s.exec(select(OwedRequest)) if str(r.request_id) == request_id]
+    owed = AuditQueries(client.deployment.db).owed_requests()
+    rows = [r for r in owed if str(r.request_id) == request_id]
     return bool(rows) and all(r.status != "owed" for r in rows)
 
 
@@ -89,8 +88,7 @@ def _quietly(work: Callable[[], object]) -> Callable[[], None]:
 
 
 def _session_status(client: RemoteClient, session_id: str | None) -> str | None:
-    with Session(client.deployment.db) as s:
-        row = s.get(SessionRow, session_id) if session_id else None
+    row = SessionQueries(client.deployment.db).get(session_id) if session_id else None
     return row.status if row is not None else None
 
 

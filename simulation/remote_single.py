@@ -13,9 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlmodel import Session, select
-
-from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
 from lockgate.simulation.canary import LEAKING_CODE
 from lockgate.simulation.remote_client import SETTLED, RemoteClient, stored_status, wait
@@ -72,19 +70,19 @@ STOP_MARGIN_SECS = 3.0
 
 
 def _spin_ids(client: RemoteClient) -> list[str]:
-    with Session(client.deployment.db) as s:
-        rows = s.exec(select(Execution.id).where(Execution.code == REMOTE_SPIN_CODE))
-        return list(rows)
+    executions = AuditQueries(client.deployment.db).executions()
+    return [row.id for row in executions if row.code == REMOTE_SPIN_CODE]
 
 
 def _spinning(client: RemoteClient) -> bool:
     """A spinning execution is past its first call (the code after it runs)."""
-    with Session(client.deployment.db) as s:
-        for execution_id in _spin_ids(client):
-            row, call = s.get(Execution, execution_id), s.get(ToolCall, f"{execution_id}:1")
-            running = row is not None and row.status == E.RUNNING
-            if running and call is not None and call.status == "succeeded":
-                return True
+    audit = AuditQueries(client.deployment.db)
+    calls = {call.id: call for call in audit.tool_calls()}
+    for row in audit.executions():
+        call = calls.get(f"{row.id}:1")
+        spinning = row.code == REMOTE_SPIN_CODE and row.status == E.RUNNING
+        if spinning and call is not None and call.status == "succeeded":
+            return True
     return False
 
 
