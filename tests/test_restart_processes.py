@@ -1,253 +1,39 @@
-"""The durable engine across REAL processes: started with subprocess, killed with SIGKILL.
+"""The durable engine across REAL processes, one instance at a time: started with subprocess,
+killed with SIGKILL, and restarted.
 
 Each test drives `python -m tests.support.procs.engine_process` (configured through environment
-variables only, like a deployment) against one database, SQLite file and PostgreSQL alike,
-and checks the database, the processes' answers and the notes tool's on-disk effect log
-(`effects.jsonl`, written by the tool itself, so it counts effects that really happened).
-Crashes are real: `LOCKGATE_CRASH_AT` (with `LOCKGATE_FAULT_INJECTION` on) makes the process
-SIGKILL itself at a named crash point of the write path, or the test SIGKILLs a process that
-holds.
+variables only, like a deployment; see `tests.support.engine_processes`) against one database,
+SQLite file and PostgreSQL alike, and checks the database, the processes' answers and the notes
+tool's on-disk effect log (`effects.jsonl`, written by the tool itself, so it counts effects
+that really happened). Crashes are real: `LOCKGATE_CRASH_AT` (with `LOCKGATE_FAULT_INJECTION`
+on) makes the process SIGKILL itself at a named crash point of the write path, or the test
+SIGKILLs a process that holds. Covered: a pause survives SIGKILL (a, g), a crash mid-dispatch
+of a non-idempotent (b) and of an idempotent call (c), a crash between calls (d), and
+conservative recovery (e). Several instances on one PostgreSQL database (f) are
+tests/test_restart_several_instances.py.
 
 Nothing here sleeps to hide a race: every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
 
-import json
-import selectors
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine as SqlEngine
-from sqlmodel import Session, col, select
 
-from lockgate.machine.db.connect import open_engine
-from lockgate.machine.db.schema import Execution, Instance, ToolCall, TransitionLog
-from lockgate.machine.tools.notes import NotesSource
+from tests.support.engine_processes import DISPATCH, LIST_ONCE, Db, Procs, effects_of
 from tests.support.polling import wait_for
-from tests.support.process_env import lockgate_env
+
+pytest_plugins = ["tests.support.engine_processes"]
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = "tests.support.procs.engine_process"
-#: Any one process must finish (or print its line) within this many seconds.
-PROCESS_TIMEOUT = 60.0
-
 WRITE_THEN_READ = 'tools.notes.write(key="k", text="v")\ntools.notes.read(key="k")'
-LIST_ONCE = 'keys = tools.notes.list()\n{"keys": keys, "done": True}'
 LIST_TWICE = (
     "print('first')\na = tools.notes.list()\nprint('second')\nb = tools.notes.list()\n[a, b]"
 )
 
-DISPATCH = "tool_call:dispatch:approved->dispatched"
 SUCCEED = "tool_call:succeed:dispatched->succeeded"
-
-
-@dataclass
-class Proc:
-    popen: subprocess.Popen[str]
-    stderr_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    def wait(self, timeout: float = PROCESS_TIMEOUT) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-            pytest.fail(f"process {self.pid} did not finish in {timeout:g} s:\n{self.stderr()}")
-
-    def read_line(self, timeout: float = PROCESS_TIMEOUT) -> Any:
-        """The JSON line the process prints (while it may go on running)."""
-        assert self.popen.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.popen.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                pytest.fail(
-                    f"process {self.pid} printed nothing in {timeout:g} s:\n{self.stderr()}"
-                )
-        line = self.popen.stdout.readline()
-        if not line:
-            self.popen.wait(timeout=10)
-            pytest.fail(
-                f"process {self.pid} exited ({self.popen.returncode}) without an answer:\n"
-                f"{self.stderr()}"
-            )
-        return json.loads(line)
-
-    def sigkill(self) -> None:
-        self.popen.send_signal(signal.SIGKILL)
-        assert self.wait() == -signal.SIGKILL
-
-
-@dataclass
-class Procs:
-    """Starts engine processes on one database and one notes directory."""
-
-    database_url: str
-    notes_dir: Path
-    logs_dir: Path
-    started: list[Proc] = field(default_factory=list)
-
-    def env(self, overrides: dict[str, str]) -> dict[str, str]:
-        env = lockgate_env(
-            self.database_url,
-            self.notes_dir,
-            LOCKGATE_LEASE_TTL="PT1S",
-            LOCKGATE_HEARTBEAT_INTERVAL="PT0.2S",
-            LOCKGATE_MAX_DURATION_SECS="10",
-        )
-        env.update(overrides)
-        return env
-
-    def start(self, *args: str, **env: str) -> Proc:
-        stderr_path = self.logs_dir / f"proc-{len(self.started)}.stderr"
-        with open(stderr_path, "w", encoding="utf-8") as stderr:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", PROGRAM, *args],
-                cwd=ROOT,
-                env=self.env(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        proc = Proc(popen, stderr_path)
-        self.started.append(proc)
-        return proc
-
-    def run(self, *args: str, **env: str) -> Any:
-        """Run a command to its end; returns its JSON answer."""
-        [answer] = self.finish([self.start(*args, **env)])
-        return answer
-
-    def finish(self, started: list[Proc]) -> list[Any]:
-        """The answers of processes already started, once each exited cleanly."""
-        answers = [proc.read_line() for proc in started]
-        for proc in started:
-            code = proc.wait()
-            assert code == 0, f"exit code {code}:\n{proc.stderr()}"
-        return answers
-
-    def crash(self, *args: str, crash_at: str, **env: str) -> Proc:
-        """Run a command that must die by SIGKILL at `crash_at`, before answering."""
-        proc = self.start(*args, LOCKGATE_CRASH_AT=crash_at, LOCKGATE_FAULT_INJECTION="true", **env)
-        code = proc.wait()
-        assert code == -signal.SIGKILL, f"expected a SIGKILL, got {code}:\n{proc.stderr()}"
-        assert proc.popen.stdout is not None
-        assert proc.popen.stdout.read() == "", "the process answered before its crash point"
-        return proc
-
-    def effects(self) -> list[dict[str, Any]]:
-        return NotesSource(self.notes_dir).effects()
-
-    def stop_all(self) -> None:
-        for proc in self.started:
-            if proc.popen.poll() is None:
-                proc.popen.kill()
-                proc.popen.wait(timeout=30)
-            if proc.popen.stdout is not None:
-                proc.popen.stdout.close()
-
-
-class Db:
-    """The test's own reads of the database the processes share."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._engine: SqlEngine | None = None
-
-    @property
-    def engine(self) -> SqlEngine:
-        # Opened on first use, after a process created (and, on SQLite, migrated) it.
-        if self._engine is None:
-            self._engine = open_engine(self.url)
-        return self._engine
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-
-    def execution(self, execution_id: str) -> Execution:
-        with Session(self.engine) as s:
-            row = s.get(Execution, execution_id)
-            assert row is not None, f"no execution {execution_id}"
-            return row
-
-    def executions(self) -> list[Execution]:
-        with Session(self.engine) as s:
-            return list(s.exec(select(Execution).order_by(col(Execution.created_at))))
-
-    def only_execution(self) -> Execution:
-        rows = self.executions()
-        assert len(rows) == 1, [r.id for r in rows]
-        return rows[0]
-
-    def calls(self, execution_id: str) -> list[ToolCall]:
-        with Session(self.engine) as s:
-            query = select(ToolCall).where(ToolCall.execution_id == execution_id)
-            return list(s.exec(query.order_by(col(ToolCall.seq))))
-
-    def instance(self, instance_id: str) -> Instance:
-        with Session(self.engine) as s:
-            row = s.get(Instance, instance_id)
-            assert row is not None, f"no instance {instance_id}"
-            return row
-
-    def instance_of(self, pid: int) -> Instance:
-        with Session(self.engine) as s:
-            rows = list(s.exec(select(Instance).where(Instance.pid == pid)))
-        assert len(rows) == 1, f"process {pid} has {len(rows)} instance rows"
-        return rows[0]
-
-    def log(self, record_id: str, event: str | None = None) -> list[TransitionLog]:
-        with Session(self.engine) as s:
-            query = select(TransitionLog).where(TransitionLog.record_id == record_id)
-            if event is not None:
-                query = query.where(TransitionLog.event == event)
-            return list(s.exec(query.order_by(col(TransitionLog.id))))
-
-    def events(self, record_id: str) -> list[str]:
-        return [entry.event for entry in self.log(record_id)]
-
-
-@pytest.fixture
-def procs(database_url: str, tmp_path: Path) -> Iterator[Procs]:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    started = Procs(database_url, tmp_path / "notes", logs)
-    try:
-        yield started
-    finally:
-        started.stop_all()
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Db]:
-    opened = Db(database_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
-def effects_of(procs: Procs, tool: str) -> list[dict[str, Any]]:
-    return [e for e in procs.effects() if e["tool"] == tool]
 
 
 def assert_paused_on_write(view: dict[str, Any]) -> str:
@@ -440,103 +226,3 @@ def test_conservative_recovery_interrupts_even_an_idempotent_call(procs: Procs, 
     in_doubt = {"seq": 1, "tool": "notes.list"}
     assert row.what_ran == {"calls": [{**in_doubt, "status": "in_doubt"}], "in_doubt": [in_doubt]}
     assert effects_of(procs, "notes.list") == [], "the call was never made, and never retried"
-
-
-# -- f: several instances on one PostgreSQL database ------------------------------------------
-
-
-def postgres_only(database_url: str) -> None:
-    if database_url.startswith("sqlite"):
-        pytest.skip("several instances share a PostgreSQL database; SQLite is one box")
-
-
-def test_a_dead_instance_work_is_left_alone_until_its_lease_lapses(
-    procs: Procs, db: Db, database_url: str
-) -> None:
-    postgres_only(database_url)
-    live = procs.start("serve", LOCKGATE_INSTANCE_NAME="b")
-    serving = live.read_line()["serving"]
-
-    crashed = procs.crash(
-        "execute",
-        LIST_ONCE,
-        crash_at=f"{DISPATCH}:after_commit",
-        LOCKGATE_INSTANCE_NAME="a",
-        LOCKGATE_LEASE_TTL="PT3S",
-    )
-    dead = db.instance_of(crashed.pid)
-    execution_id = db.only_execution().id
-
-    # While the crashed instance's lease holds, the live one (recovering every 0.2 s) must
-    # not touch its execution.
-    observed = 0
-    while True:
-        row = db.execution(execution_id)
-        if datetime.now(UTC) >= dead.lease_until:
-            break  # this read may have come after the lease lapsed: it proves nothing
-        assert (row.status, row.owner) == ("running", dead.id)
-        observed += 1
-        time.sleep(0.05)
-    assert observed, "the lease lapsed before the test could look (the machine is too slow)"
-
-    # Once it lapses, the live instance declares it dead and finishes its work.
-    wait_for(
-        lambda: db.execution(execution_id).status == "completed",
-        "the live instance to recover the execution",
-    )
-    [declared] = db.log(dead.id, "declare_dead")
-    [requeued] = db.log(execution_id, "requeue")
-    assert declared.at >= dead.lease_until
-    assert requeued.at >= dead.lease_until
-    assert db.log(execution_id, "interrupt") == []
-    assert db.execution(execution_id).outcome == {"result": {"keys": [], "done": True}}
-    assert [e["pid"] for e in effects_of(procs, "notes.list")] == [live.pid]
-    assert db.instance(serving).status == "live"
-
-
-def test_two_instances_recovering_at_once_recover_each_execution_once(
-    procs: Procs, db: Db, database_url: str, tmp_path: Path
-) -> None:
-    postgres_only(database_url)
-    count = 10
-    crashed = procs.crash(
-        "execute",
-        "--parallel",
-        str(count),
-        LIST_ONCE,
-        crash_at=f"{DISPATCH}:after_commit",
-        LOCKGATE_INSTANCE_NAME="orphans",
-    )
-    dead = db.instance_of(crashed.pid)
-    orphans = {row.id for row in db.executions()}
-    assert len(orphans) == count
-    for execution_id in orphans:
-        assert (db.execution(execution_id).status, db.execution(execution_id).owner) == (
-            "running",
-            dead.id,
-        )
-    wait_for(lambda: datetime.now(UTC) > dead.lease_until, "the dead instance's lease to lapse")
-
-    # Both get ready, then both boot (and recover) at the same moment.
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    recoverers = [
-        procs.start("recover", LOCKGATE_INSTANCE_NAME=name, ENGINE_PROCESS_GATE=str(gate))
-        for name in ("b", "c")
-    ]
-    wait_for(lambda: len(list(gate.glob("ready-*"))) == 2, "both recoverers to get ready")
-    (gate / "go").touch()
-    reports = procs.finish(recoverers)
-
-    requeued = [set(report["requeued"]) for report in reports]
-    assert requeued[0] | requeued[1] == orphans
-    assert requeued[0] & requeued[1] == set(), "an execution was requeued twice"
-    assert sum(dead.id in report["declared_dead"] for report in reports) == 1
-    for execution_id in orphans:
-        events = db.events(execution_id)
-        assert events.count("requeue") == 1, events
-        assert "interrupt" not in events
-        assert events.count("start") == 2, events  # the crashed run, and one after requeue
-        assert db.execution(execution_id).status == "completed"
-    keys = sorted(e["idempotency_key"] for e in effects_of(procs, "notes.list"))
-    assert keys == sorted(f"{execution_id}:1" for execution_id in orphans)
