@@ -1,4 +1,7 @@
-"""The sandbox: steps, tool calls that suspend, limits, sealed snapshots across processes."""
+"""The sandbox: running code, tool calls that suspend and resume, sealed snapshots across
+processes, and the Sandbox object itself (threads, fair slots, names, closing).
+
+Failures (syntax, unsupported features) and limits are tests/test_sandbox_failures.py."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,72 +18,24 @@ import pytest
 from lockgate.machine.errors import ErrorCode
 from lockgate.machine.sandbox import (
     MONTY_VERSION,
-    Failed,
     FailureReason,
     Finished,
     Raised,
     Returned,
     RuntimeMismatch,
     Sandbox,
-    SandboxLimits,
     SnapshotCorrupt,
     Step,
-    Suspended,
-    ToolOutcome,
     ToolRequest,
     seal,
     sealed_version,
     unseal,
 )
+from tests.support.sandboxes import FAST, NAMESPACE, P, failed, run, suspended
+
+pytest_plugins = ["tests.support.sandboxes"]
 
 REPO = Path(__file__).resolve().parent.parent
-NAMESPACE = {"notes": ["read", "write"], "mail": ["send"]}
-FAST = SandboxLimits(max_duration_secs=5, worker_timeout_secs=30)
-#: The principal every step here runs for (the engine passes the execution's).
-P = "alice"
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(NAMESPACE, FAST, max_processes=2) as sb:
-        yield sb
-
-
-@pytest.fixture
-def make() -> Iterator[Callable[..., Sandbox]]:
-    """A Sandbox with its own limits, closed after the test."""
-    made: list[Sandbox] = []
-
-    def factory(namespace: dict[str, list[str]] | None = None, **limits: object) -> Sandbox:
-        sb = Sandbox(namespace or NAMESPACE, SandboxLimits(**limits), max_processes=1)  # type: ignore[arg-type]
-        made.append(sb)
-        return sb
-
-    yield factory
-    for sb in made:
-        sb.close()
-
-
-def suspended(step: Step) -> Suspended:
-    assert isinstance(step, Suspended), step
-    return step
-
-
-def failed(step: Step, reason: FailureReason) -> Failed:
-    assert isinstance(step, Failed), step
-    assert step.reason is reason, step
-    return step
-
-
-def run(
-    sb: Sandbox, code: str, answer: Callable[[ToolRequest], ToolOutcome]
-) -> tuple[Step, list[ToolRequest]]:
-    """Drive `code` to its end, answering every tool call with `answer`."""
-    step, requests = sb.start(code, principal=P), []
-    while isinstance(step, Suspended):
-        requests.append(step.request)
-        step = sb.resume(step.snapshot, answer(step.request), principal=P)
-    return step, requests
 
 
 # --- running code -----------------------------------------------------------------------------
@@ -241,120 +196,6 @@ def test_unknown_module_is_module_not_found(sandbox: Sandbox) -> None:
 def test_stderr_is_in_the_logs(sandbox: Sandbox) -> None:
     step = sandbox.start('import sys\nprint("out")\nprint("err", file=sys.stderr)', principal=P)
     assert step == Finished(None, "out\nerr\n")
-
-
-# --- failures ---------------------------------------------------------------------------------
-
-
-def test_syntax_error(sandbox: Sandbox) -> None:
-    step = failed(
-        sandbox.start("x = 1\ndef f(:\n    pass", principal=P), FailureReason.SYNTAX_ERROR
-    )
-    assert step.message.startswith("SyntaxError: ")
-    assert step.message.endswith("(line 2)")
-
-
-@pytest.mark.parametrize(
-    ("code", "feature"),
-    [
-        ("class A(Exception):\n    pass", "class inheritance"),
-        ("def g():\n    yield 1", "yield"),
-        ("x = 1\ndel x", "'del' statement"),
-    ],
-)
-def test_unsupported_syntax(sandbox: Sandbox, code: str, feature: str) -> None:
-    step = failed(sandbox.start(code, principal=P), FailureReason.UNSUPPORTED)
-    assert feature in step.message
-    assert "not supported in the sandbox" in step.message
-
-
-def test_a_code_raised_not_implemented_error_is_a_runtime_error(sandbox: Sandbox) -> None:
-    step = failed(
-        sandbox.start("raise NotImplementedError('todo')", principal=P), FailureReason.RUNTIME_ERROR
-    )
-    assert step.message == "NotImplementedError: todo (line 1)"
-
-
-def test_awaiting_a_tool_stops_before_the_tool_runs(sandbox: Sandbox) -> None:
-    step = failed(sandbox.start("await tools.notes.read()", principal=P), FailureReason.UNSUPPORTED)
-    assert "without `await`" in step.message
-    # A plain call inside async code is fine.
-    code = "async def main():\n    return tools.notes.read()\nawait main()"
-    step2 = suspended(sandbox.start(code, principal=P))
-    assert sandbox.resume(step2.snapshot, Returned(1), principal=P) == Finished(1, "")
-
-
-def test_time_limit(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_duration_secs=0.5)
-    step = failed(
-        sb.start('print("spinning")\nwhile True:\n    pass', principal=P), FailureReason.TIME_LIMIT
-    )
-    assert step.message.startswith("the code ran longer than its 0.5 s limit")
-    assert step.logs == "spinning\n"
-
-
-def test_time_limit_counts_the_whole_execution(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_duration_secs=0.5)
-    code = textwrap.dedent("""
-        for i in range(100):
-            t = 0
-            for j in range(100_000):
-                t += j
-            tools.notes.write(i=i)
-    """)
-    step, requests = run(sb, code, lambda r: Returned(None))
-    failed(step, FailureReason.TIME_LIMIT)
-    assert 1 < len(requests) < 100
-
-
-def test_recursion_limit(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_recursion_depth=50)
-    step = failed(
-        sb.start("def f(n):\n    return f(n + 1)\nf(0)", principal=P), FailureReason.RECURSION_LIMIT
-    )
-    assert "50" in step.message
-
-
-def test_memory_limit(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_memory_bytes=10_000_000)
-    step = failed(sb.start("x = [0] * 50_000_000", principal=P), FailureReason.MEMORY_LIMIT)
-    assert "memory" in step.message
-
-
-def test_call_limit_across_steps(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_calls=3)
-    step, requests = run(
-        sb, "for i in range(10):\n    tools.notes.write(i=i)", lambda r: Returned(None)
-    )
-    assert len(requests) == 3
-    assert failed(step, FailureReason.CALL_LIMIT).message.startswith(
-        "the code made more than 3 tool calls"
-    )
-
-
-def test_call_limit_within_a_step(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_calls=3)
-    code = "for i in range(10):\n    try:\n        nothing()\n    except NameError:\n        pass"
-    failed(sb.start(code, principal=P), FailureReason.CALL_LIMIT)
-
-
-def test_crashed_worker_fails_the_step_and_the_sandbox_goes_on(
-    make: Callable[..., Sandbox],
-) -> None:
-    sb = make(max_duration_secs=30, worker_timeout_secs=0.5)
-    step = failed(sb.start("while True:\n    pass", principal=P), FailureReason.SANDBOX_CRASHED)
-    assert "stopped responding" in step.message
-    assert sb.start("1 + 1", principal=P) == Finished(2, "")
-
-
-def test_output_and_logs_are_capped(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_output_bytes=300, max_log_chars=20)
-    step = sb.start('for i in range(10):\n    print("line", i)\n"x" * 10_000', principal=P)
-    assert isinstance(step, Finished), step
-    assert isinstance(step.output, dict)
-    assert step.output["truncated"] is True
-    assert step.output["original_bytes"] == 10_002
-    assert step.logs == "line 0\nline 1\nline 2\n… [truncated: 50 more characters]"
 
 
 # --- sealed snapshots -------------------------------------------------------------------------
