@@ -1,3 +1,9 @@
+"""The tool registry: ToolSpec (careful defaults, signatures, what it refuses), registering
+sources and looking tools up (with suggestions for unknown names), discovery (describe, the
+namespace, type stubs), and the context a tool is called with.
+
+Argument validation is tests/test_tools_arguments.py."""
+
 from __future__ import annotations
 
 import ast
@@ -6,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from pydantic import JsonValue, ValidationError
+from pydantic import ValidationError
 
 from lockgate.machine.errors import ErrorCode
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools import (
-    InvalidArguments,
     InvalidToolSource,
     NotesSource,
     Tool,
@@ -19,77 +24,12 @@ from lockgate.machine.tools import (
     ToolFailed,
     ToolRegistry,
     ToolSource,
-    ToolSpec,
     UnknownTool,
     make_idempotency_key,
 )
+from tests.support.tool_sources import DocsSource, EchoTool, spec
 
-SEARCH_SCHEMA: dict[str, JsonValue] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string"},
-        "limit": {"type": "integer", "default": 10},
-        "ratio": {"type": "number"},
-        "exact": {"type": "boolean"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "filter": {
-            "type": "object",
-            "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-            "additionalProperties": False,
-        },
-        "order": {"type": "string", "enum": ["asc", "desc"]},
-        "cursor": {"type": ["string", "null"]},
-        "extra": {},
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-
-
-@dataclass(frozen=True)
-class EchoTool:
-    spec: ToolSpec
-
-    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        if arguments.get("query") == "fail":
-            raise ToolFailed("asked to fail")
-        return {"arguments": arguments, "key": context.idempotency_key}
-
-
-@dataclass(frozen=True)
-class DocsSource:
-    """A minimal third-party source: what OpenAPI or MCP sources will look like."""
-
-    name: str = "docs"
-
-    def tools(self) -> Sequence[Tool]:
-        return [
-            EchoTool(
-                ToolSpec(
-                    source=self.name,
-                    name="search",
-                    description="Search the Documentation by keyword.",
-                    parameters=SEARCH_SCHEMA,
-                    returns="list[dict]",
-                    idempotent=True,
-                    default_policy=PolicyDecision.APPROVE,
-                )
-            ),
-            EchoTool(ToolSpec(source=self.name, name="purge", description="Remove everything.")),
-        ]
-
-
-@pytest.fixture
-def registry() -> ToolRegistry:
-    registry = ToolRegistry()
-    registry.register(NotesSource())
-    registry.register(DocsSource())
-    return registry
-
-
-def spec(**overrides: Any) -> ToolSpec:
-    fields: dict[str, Any] = {"source": "s", "name": "t", "description": "d"}
-    return ToolSpec(**(fields | overrides))
+pytest_plugins = ["tests.support.tool_sources"]
 
 
 # -- ToolSpec ------------------------------------------------------------------------------
@@ -343,125 +283,6 @@ def test_stubs_type_check_agent_code_in_monty(registry: ToolRegistry) -> None:
     for bad in ("tools.notes.write('a', 'b')", "tools.notes.write(key=1, text='b')"):
         with pytest.raises(monty.MontyTypingError):
             first_tool_call("import tools\n" + bad)
-
-
-# -- argument validation -------------------------------------------------------------------
-
-
-def invalid(registry: ToolRegistry, name: str, **kwargs: Any) -> InvalidArguments:
-    with pytest.raises(InvalidArguments) as caught:
-        registry.validate_arguments(name, kwargs, [])
-    assert caught.value.code is ErrorCode.INVALID_ARGUMENTS
-    return caught.value
-
-
-def test_valid_arguments_pass_as_a_copy(registry: ToolRegistry) -> None:
-    kwargs: dict[str, JsonValue] = {"key": "a", "text": "b"}
-    checked = registry.validate_arguments("tools.notes.write", kwargs, [])
-    assert checked == kwargs and checked is not kwargs
-
-
-def test_missing_required_argument(registry: ToolRegistry) -> None:
-    error = invalid(registry, "notes.write", key="a")
-    assert error.message == "tools.notes.write: argument 'text' is required"
-    assert (
-        error.hint
-        == "Call it as tools.notes.write(key: str, text: str) -> dict, with keyword arguments."
-    )
-
-
-def test_wrong_type(registry: ToolRegistry) -> None:
-    error = invalid(registry, "notes.write", key=1, text="b")
-    assert error.message == "tools.notes.write: argument 'key' must be a string, got integer"
-
-
-def test_extra_argument(registry: ToolRegistry) -> None:
-    error = invalid(registry, "notes.write", key="a", text="b", colour="red")
-    assert error.problems == ("unexpected argument 'colour' (accepted: key, text)",)
-    error = invalid(registry, "notes.list", everything=True)
-    assert error.problems == ("unexpected argument 'everything' (accepted: none)",)
-
-
-def test_positional_arguments_are_refused(registry: ToolRegistry) -> None:
-    with pytest.raises(InvalidArguments) as caught:
-        registry.validate_arguments("notes.write", {}, ["a", "b"])
-    assert caught.value.message == (
-        "tools.notes.write: got 2 positional argument(s); call tools with keyword arguments: "
-        "tools.notes.write(key=..., text=...)"
-    )
-
-
-def test_every_problem_is_reported(registry: ToolRegistry) -> None:
-    error = invalid(registry, "notes.write", key=None, unknown=1)
-    assert error.problems == (
-        "argument 'text' is required",
-        "argument 'key' must be a string, got null",
-        "unexpected argument 'unknown' (accepted: key, text)",
-    )
-
-
-def test_unknown_tool_while_validating(registry: ToolRegistry) -> None:
-    with pytest.raises(UnknownTool):
-        registry.validate_arguments("notes.wipe", {}, [])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "problem"),
-    [
-        ({"limit": True}, "argument 'limit' must be an integer, got boolean"),
-        ({"limit": 1.5}, "argument 'limit' must be an integer, got number"),
-        ({"ratio": "x"}, "argument 'ratio' must be a number, got string"),
-        ({"ratio": float("nan")}, "argument 'ratio' must be a finite number"),
-        ({"exact": 1}, "argument 'exact' must be a boolean, got integer"),
-        ({"tags": "a"}, "argument 'tags' must be an array, got string"),
-        ({"tags": ["a", 2]}, "argument 'tags[1]' must be a string, got integer"),
-        ({"filter": []}, "argument 'filter' must be an object, got array"),
-        ({"filter": {"ids": [1, "2"]}}, "argument 'filter.ids[1]' must be an integer, got string"),
-        ({"filter": {"x": 1}}, "unexpected argument 'filter.x' (accepted: ids)"),
-        ({"filter": {1: 1}}, "argument 'filter' has a non-string key 1"),
-        ({"order": "up"}, "argument 'order' must be one of 'asc', 'desc'"),
-        ({"cursor": 3}, "argument 'cursor' must be a string or a null, got integer"),
-        ({"extra": {1, 2}}, "argument 'extra' is a set, which is not a JSON value"),
-        ({"extra": b"x"}, "argument 'extra' is a bytes, which is not a JSON value"),
-    ],
-)
-def test_type_checks(registry: ToolRegistry, kwargs: dict[str, Any], problem: str) -> None:
-    error = invalid(registry, "docs.search", query="q", **kwargs)
-    assert error.problems == (problem,)
-    assert error.message.startswith("tools.docs.search: ")
-
-
-def test_accepted_values_are_normalised_to_json(registry: ToolRegistry) -> None:
-    checked = registry.validate_arguments(
-        "docs.search",
-        {
-            "query": "q",
-            "limit": 3,
-            "ratio": 2,  # an integer is a number
-            "tags": ("a", "b"),  # type: ignore[dict-item]  # sandboxes may pass tuples
-            "filter": {"ids": [1]},
-            "order": "asc",
-            "cursor": None,
-            "extra": {"anything": [1, "x", None]},
-        },
-        [],
-    )
-    assert checked["tags"] == ["a", "b"]
-    assert checked["ratio"] == 2
-    assert checked["extra"] == {"anything": [1, "x", None]}
-
-
-def test_additional_properties_allowed_unless_false() -> None:
-    class Open:
-        name = "open"
-
-        def tools(self) -> Sequence[Tool]:
-            schema: dict[str, JsonValue] = {"type": "object", "properties": {"a": {}}}
-            return [EchoTool(spec(source="open", parameters=schema))]
-
-    registry = ToolRegistry()
-    registry.register(Open())
-    assert registry.validate_arguments("open.t", {"a": 1, "b": 2}, []) == {"a": 1, "b": 2}
 
 
 # -- context and calls ---------------------------------------------------------------------
