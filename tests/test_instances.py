@@ -13,7 +13,9 @@ import pytest
 
 from lockgate.machine.db.schema import Instance
 from lockgate.machine.instances import InstanceLease
+from lockgate.machine.records import RowRecord
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.write_path import Step
 from tests.support.sessions import FakeClock
 
 MakeRuntime = Callable[..., Runtime]
@@ -148,3 +150,29 @@ def test_an_instance_whose_own_lease_lapsed_never_declares_itself_dead(
     assert runtime.lease.declare_dead_instances() == []
     assert row(runtime, runtime.lease.id).status == "live"
     assert runtime.lease.heartbeat() is True
+
+
+def test_a_death_another_instance_declared_first_does_not_stop_the_rest(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two leases lapsed; between this instance's read and its write, another declares the
+    first of them dead. Losing that race skips one row: the second is still declared (else
+    its work waits a whole maintenance round longer for a recoverer)."""
+    clock = FakeClock()
+    first = make_runtime(clock=clock, instance_name="first", lease_ttl="10")
+    second = make_runtime(clock=clock, instance_name="second", lease_ttl="10")
+    me = make_runtime(clock=clock, instance_name="me", lease_ttl="60")
+    other = make_runtime(clock=clock, instance_name="other", lease_ttl="60")
+    clock.advance(timedelta(seconds=10))
+    read = me.engine.store.instances.alive_except
+
+    def raced(instance_id: str) -> list[Instance]:
+        rows = sorted(read(instance_id), key=lambda r: r.name != "first")
+        lapsed = row(other, first.lease.id)
+        other.engine.write.apply(Step(RowRecord.of("instance", lapsed), "declare_dead"))
+        return rows  # `first` as this instance read it, before the other declared it
+
+    monkeypatch.setattr(me.engine.store.instances, "alive_except", raced)
+    assert me.lease.declare_dead_instances() == [second.lease.id]
+    assert row(me, first.lease.id).status == "dead"
+    assert row(me, second.lease.id).status == "dead"

@@ -1,20 +1,24 @@
-"""Report acknowledgements and ended sessions in the ledger's core (`machine/sessions.py`):
+"""Report acknowledgements and ended sessions in the ledger's core (`machine/ledger.py`):
 the event id a report is written under names the reports the client has, a `Last-Event-ID`
 naming them settles exactly those, and a report nobody can collect any more (its session
 ended) is abandoned, at once or by recovery. On the real store, with a fake clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
+import pytest
+
+from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.ledger import (
     MAX_REPORTS_PER_RESPONSE,
     acknowledged_reports,
     report_event_ids,
 )
-from lockgate.machine.records import Record
+from lockgate.machine.records import Record, RowRecord
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.write_path import Step
 from tests.support.sessions import FakeClock, opened, owed_status
 
 MakeRuntime = Callable[..., Runtime]
@@ -155,3 +159,30 @@ def test_recovery_abandons_what_a_dead_incarnation_lost_after_its_session_ended(
     assert [owed_status(alive, o.id) for o in on_gone] == ["uncollected", "uncollected"]
     assert owed_status(alive, on_live.id) == "lost"  # still the live session's to collect
     assert alive.sessions.recover() == 0
+
+
+def test_an_id_another_instance_lost_first_does_not_stop_recovery_losing_the_rest(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead incarnation owed two requests; between recovery's read and its write, another
+    instance declares the first lost. Recovery skips that one and still loses the second, so
+    its report is not held back until the next round."""
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
+    opened(dead, "s")
+    owed = [dead.ledger.owe("s", n, "tools/call", None) for n in (1, 2)]
+    clock.advance(timedelta(seconds=5))
+    alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
+    other = make_runtime(clock=clock, instance_name="other", lease_ttl="60")
+    read = alive.engine.store.sessions.owed_by
+
+    def raced(incarnations: Collection[int], session_id: str | None = None) -> list[OwedRequest]:
+        rows = sorted(read(incarnations, session_id), key=lambda r: r.id != owed[0].id)
+        fresh = other.ledger.get(owed[0].id)
+        assert fresh is not None
+        other.engine.write.apply(Step(RowRecord.of("owed_request", fresh), "lose_in_crash"))
+        return rows  # the first as recovery read it, before the other instance moved it
+
+    monkeypatch.setattr(alive.engine.store.sessions, "owed_by", raced)
+    assert alive.ledger.recover() == 1
+    assert [owed_status(alive, o.id) for o in owed] == ["lost", "lost"]
