@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -143,9 +144,12 @@ def simulate(
         plan = [CrashPoint.parse(n) for n in crash_at.split(",")] if crash_at else None
     except (KeyError, ValueError) as exc:
         raise _fail(str(exc).strip("'\""), 2) from None
+    started = time.monotonic()
     result = sweep(chosen, only=plan, jobs=jobs)
+    timings = [f"in process {time.monotonic() - started:.0f} s"]
     mode = "in-process"
     if real_process:
+        started = time.monotonic()
         with contextlib.ExitStack() as databases:
             fresh = None
             if postgres is not None:
@@ -158,6 +162,7 @@ def simulate(
             size = None if exhaustive else sample_size
             picked = processes.plan_runs(chosen, size, seed, database_url=fresh)
         result.runs += picked.runs
+        timings.append(f"real processes {time.monotonic() - started:.0f} s")
         mode = (
             f"in-process + {len(picked.runs)} real-process runs over {picked.scenarios} "
             f"scenarios (seed {seed})"
@@ -166,6 +171,7 @@ def simulate(
     for run in result.violations:
         typer.echo(reporting.describe_violation(run, seed if real_process else None))
     typer.echo(reporting.summary(result, len(chosen), mode))
+    typer.echo(f"took {', '.join(timings)}")
     if report is not None:
         reporting.write_json(result, report, mode=mode, seed=seed)
     unreached = result.unreached() if not scenario and plan is None else []
