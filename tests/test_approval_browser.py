@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from lockgate.machine.runtime import Runtime
+from tests.support.approval_app import PRINCIPAL, WRITE_NOTE, Served, mcp_execute, serve
 from tests.support.canary import CANARY
-from tests.test_approval_page import PRINCIPAL, WRITE_NOTE, Served, mcp_execute, serve
 
 pytestmark = pytest.mark.slow
 

@@ -21,16 +21,12 @@ from tests.support.approval_app import (
     Served,
     assert_clear_page,
     mcp_execute,
-    serve,
     texts,
     token_of,
 )
 from tests.support.canary import CANARY
 
 pytest_plugins = ["tests.support.approval_app"]
-
-#: What tests/test_approval_browser imports from here (it lives in tests.support.approval_app).
-__all__ = ["PRINCIPAL", "WRITE_NOTE", "Served", "mcp_execute", "serve"]
 
 
 # -- the page -------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The real-process tests run `lockgate serve` on loopback (SQLite file and PostgreSQL), kill
 it with real signals (SIGKILL from a crash point armed with LOCKGATE_CRASH_AT), and talk to
 it with the real `mcp` client in legacy (2025) mode. (Raw-HTTP checks of the same session
-surviving a SIGKILL, 404/403/DELETE, live in test_ledger.py next to the report they share.)
+surviving a SIGKILL, 404/403/DELETE, live in test_ledger_processes.py next to the report
+they share.)
 
 The client has one URL for its whole life: a loopback relay (tests/support/sessions.py)
 forwards it to whichever server is current and holds new connections while none is, as a
