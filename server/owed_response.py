@@ -178,6 +178,14 @@ class OwedResponse:
         assert row is not None
         return self.ledger.lost_error(row)
 
+    async def cancelled(self) -> None:
+        """The server cancelled the request: an id not settled yet is lost (what is written
+        now may never reach the client; the session's next GET reports it)."""
+        async with self._lock:
+            if not self.settled:
+                await to_thread.run_sync(self.ledger.lose, self.owed)
+                self.settled = True
+
     async def give_up(self) -> None:
         """The deadline passed or the server drains: answer -32010 and end the response."""
         async with self._lock:

@@ -257,31 +257,46 @@ class SessionGate:
             watcher = OwedResponse(self.ledger, owed, request_id, send)
             version = header(scope, b"mcp-protocol-version") or "2025-11-25"
             watcher.primes = version >= "2025-11-25"
-            token = stream_ready.set(watcher.ready)
-            async with anyio.create_task_group() as group:
-
-                async def stop_when_due() -> None:
-                    with anyio.move_on_after(self.deadline):
-                        await self.drain.wait()
-                    group.cancel_scope.cancel()
-
-                async def note_gone() -> None:
-                    await gone.wait()
-                    watcher.client_gone = True
-
-                group.start_soon(stop_when_due)
-                group.start_soon(note_gone)
-                try:
-                    await self.app(scope, replay, watcher.send)
-                finally:
-                    stream_ready.reset(token)
-                group.cancel_scope.cancel()
+            try:
+                await self._answer(scope, replay, watcher, gone)
+            except anyio.get_cancelled_exc_class():
+                # The server cancelled this request (a shutdown past its grace period):
+                # nothing written now is sure to reach the client, so an id not settled yet
+                # is lost, for the session's next GET, never left owed by a live incarnation.
+                with anyio.CancelScope(shield=True):
+                    await watcher.cancelled()
+                raise
             if not watcher.settled:
                 with anyio.CancelScope(shield=True):
                     await watcher.give_up()
         finally:
             with anyio.CancelScope(shield=True):
                 await to_thread.run_sync(self.sessions.end_request, session_id)
+
+    async def _answer(
+        self, scope: Scope, replay: Receive, watcher: OwedResponse, gone: anyio.Event
+    ) -> None:
+        """The transport answers the request through `watcher`, until it is done, the
+        response deadline passes or the server drains."""
+        token = stream_ready.set(watcher.ready)
+        async with anyio.create_task_group() as group:
+
+            async def stop_when_due() -> None:
+                with anyio.move_on_after(self.deadline):
+                    await self.drain.wait()
+                group.cancel_scope.cancel()
+
+            async def note_gone() -> None:
+                await gone.wait()
+                watcher.client_gone = True
+
+            group.start_soon(stop_when_due)
+            group.start_soon(note_gone)
+            try:
+                await self.app(scope, replay, watcher.send)
+            finally:
+                stream_ready.reset(token)
+            group.cancel_scope.cancel()
 
     async def _at_session_limit(self, principal: Any, send: Send) -> bool:
         """Refuse a new session when the principal already has its limit of live ones."""

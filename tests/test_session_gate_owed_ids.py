@@ -321,3 +321,33 @@ def test_a_client_gone_before_the_deadline_leaves_its_id_lost_for_the_next_get(
     reply = run(exchange(gate, scope(), call(9), then=[{"type": "http.disconnect"}]))
     assert reply.body == PRIMING  # nothing written to a client that is gone
     assert one_owed(runtime).status == "lost"
+
+
+def test_a_request_the_server_cancels_still_settles_its_id_and_its_session(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The server cancels the request's task (a shutdown past its grace period) while the
+    transport works on it: the gate still settles its id as lost (for the session's next GET:
+    what the cancelled stream is sent may never arrive), rather than leaving it owed by a live
+    incarnation, and ends the request, so the session goes idle."""
+    runtime = make_runtime()
+    opened(runtime)
+
+    async def scenario() -> None:
+        reached = anyio.Event()
+
+        async def hang_once_reached(scope: Any, receive: Any, send: Any) -> None:
+            reached.set()
+            await anyio.sleep_forever()
+
+        gate = gate_for(runtime, Transport(hang_once_reached), deadline=60)
+        async with anyio.create_task_group() as group:
+            group.start_soon(exchange, gate, scope(), call(6))
+            await reached.wait()
+            group.cancel_scope.cancel()
+
+    run(scenario())
+    assert (
+        one_owed(runtime).status == "lost"
+    )  # for the next GET: the cancelled stream may not deliver
+    assert session_status(runtime) == "idle"
