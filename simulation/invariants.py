@@ -393,10 +393,7 @@ def trace_problems(engine: Engine) -> list[str]:
 
 def _canary(audit: AuditQueries, logs: list[str], canary: str) -> list[Violation]:
     out = []
-    for table, value in audit.every_value():
-        text = (
-            bytes(value).decode("latin-1") if isinstance(value, bytes | memoryview) else repr(value)
-        )
+    for table, text in audit.stored_text():
         if canary in text:
             out.append(Violation(INVARIANTS[7], f"in table {table}"))
     if any(canary in line for line in logs):

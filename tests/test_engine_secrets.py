@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 from pydantic import JsonValue
 
+from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.policy import PolicyDecision
@@ -83,15 +84,4 @@ def test_the_canary_secret_never_reaches_a_row_a_snapshot_or_a_log(
 
 def database_dump(rt: Runtime) -> str:
     """Every row of every table, as text (bytes decoded loosely so snapshots are searched)."""
-    from lockgate.machine.db.schema import metadata
-
-    parts: list[str] = []
-    with rt.engine.store.engine.connect() as conn:
-        for table in metadata.sorted_tables:
-            for row in conn.execute(table.select()):
-                for value in row:
-                    if isinstance(value, bytes | memoryview):
-                        parts.append(bytes(value).decode("latin-1"))
-                    else:
-                        parts.append(repr(value))
-    return "\n".join(parts)
+    return "\n".join(text for _, text in AuditQueries(rt.engine.store.engine).stored_text())

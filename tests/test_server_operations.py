@@ -19,8 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
+from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.db.connect import open_engine
-from lockgate.machine.db.schema import Instance, metadata
+from lockgate.machine.db.schema import Instance
 from lockgate.machine.secrets import REDACTED, environment_variable
 from lockgate.simulation.canary import LEAKING_CODE, TOKEN_SECRET
 from lockgate.simulation.ports import free_port
@@ -156,19 +157,10 @@ async def run_leaking_execution(url: str, key: str, mode: str) -> dict[str, Any]
 def assert_no_secret_in_the_database(database_url: str) -> None:
     """Every row of every table, snapshots included (bytes searched as latin-1)."""
     engine = open_engine(database_url)
-    parts: list[str] = []
     try:
-        with engine.connect() as conn:
-            for table in metadata.sorted_tables:
-                for row in conn.execute(table.select()):
-                    for value in row:
-                        if isinstance(value, bytes | memoryview):
-                            parts.append(bytes(value).decode("latin-1"))
-                        else:
-                            parts.append(repr(value))
+        dump = "\n".join(text for _, text in AuditQueries(engine).stored_text())
     finally:
         engine.dispose()
-    dump = "\n".join(parts)
     assert REDACTED in dump, "the leaking calls' scrubbed results are not in the database"
     assert CANARY not in dump, "the secret reached the database"
 

@@ -14,6 +14,7 @@ import lockgate.machine.bindings as bindings
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.engine import record_of
 from lockgate.machine.recovery import Recovery
+from lockgate.machine.secrets import Redactor
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.server import cli
 from lockgate.simulation.real_process import run_in_process
@@ -247,3 +248,16 @@ def test_a_real_server_that_dies_handing_its_running_code_back_is_recovered() ->
     result = run_in_process(by_name("drain_while_running"), point)
     assert result.fired == [point]
     assert result.violations == [], result.trace
+
+
+def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leaky tools put their secret in a result, an error and an exception: with the
+    engine's scrubbing switched off, the crash-free run stores it, and the invariant (which
+    reads every column of every row, snapshots included) names the table."""
+    monkeypatch.setattr(Redactor, "redact_text", lambda self, text: text)
+    report = sweep([by_name("leaky_tools")], only=[])
+    found = [v for run in report.violations for v in run.violations]
+    assert any(v.invariant == "the canary secret appears nowhere" for v in found), found
+    assert any("in table" in v.detail for v in found), found
