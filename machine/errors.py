@@ -91,3 +91,9 @@ class Conflict(LockgateError):
             f"{expected_version})",
             hint="Read the record again and decide on its current state.",
         )
+
+
+#: What a write raises when someone else moved the record first (another thread or
+#: instance): the step it meant to take is moot, so callers that only keep state in step
+#: (activity, ledger entries, leases) skip it rather than fail.
+STALE_WRITE = (Conflict, GuardRefused, IllegalTransition)

@@ -19,7 +19,7 @@ from pydantic import JsonValue
 from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
 from lockgate.machine.db.store import SqlStore
-from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.errors import STALE_WRITE
 from lockgate.machine.instances import InstanceLease
 from lockgate.machine.lost_report import lost_error, request_key
 from lockgate.machine.records import Record, RowRecord
@@ -31,7 +31,6 @@ from lockgate.spec import OwedRequestStatus
 MAX_REPORTS_PER_RESPONSE = 8
 #: Marks an event id token as a report acknowledgement: `<stream>:r<owed id>.<owed id>...`.
 REPORT_TOKEN = "r"
-_STALE = (Conflict, GuardRefused, IllegalTransition)
 
 #: An owed request as the write path moves it, with its typed row.
 OwedRecord = RowRecord[OwedRequest]
@@ -109,14 +108,14 @@ class Ledger:
 
     def answered(self, owed: OwedRecord) -> None:
         """The response was written: consume the entry (effect first, then the commit)."""
-        with contextlib.suppress(*_STALE):
+        with contextlib.suppress(*STALE_WRITE):
             self.write.apply(Step(owed, "answer"), effect=lambda: True)
 
     def lose(self, owed: OwedRecord) -> None:
         """No answer will come on this stream (closed, deadline passed, draining). If its
         session already ended (a DELETE while the request ran), nobody can collect the
         report: it is abandoned at once (a crash in between leaves it to recovery)."""
-        with contextlib.suppress(*_STALE):
+        with contextlib.suppress(*STALE_WRITE):
             self.write.apply(Step(owed, "lose"))
             session = self.store.sessions.get(owed.typed.session_id)
             if session is not None and session.status not in LIVE_SESSION_STATUSES:
@@ -124,7 +123,7 @@ class Ledger:
 
     def reported(self, lost: OwedRecord) -> None:
         """The -32010 error was written: the entry is settled."""
-        with contextlib.suppress(*_STALE):
+        with contextlib.suppress(*STALE_WRITE):
             self.write.apply(Step(lost, "report"), effect=lambda: True)
 
     def lost_error(self, row: OwedRequest) -> dict[str, JsonValue]:
@@ -146,7 +145,7 @@ class Ledger:
         settled = 0
         for row in self._rows(session_id, OwedRequestStatus.LOST):
             if row.id in wanted:
-                with contextlib.suppress(*_STALE):
+                with contextlib.suppress(*STALE_WRITE):
                     self.write.apply(Step(_record(row), "report"), effect=lambda: True)
                     settled += 1
         return settled
@@ -198,7 +197,7 @@ class Ledger:
             try:
                 self.write.apply(Step(_record(row), "lose_in_crash"))
                 lost += 1
-            except _STALE:
+            except STALE_WRITE:
                 continue
         return lost
 
@@ -213,7 +212,7 @@ class Ledger:
         afterwards (its incarnation died after the session expired), so recovery looks too."""
         abandoned = 0
         for row in self.store.sessions.lost_of_ended_sessions():
-            with contextlib.suppress(*_STALE):
+            with contextlib.suppress(*STALE_WRITE):
                 self.write.apply(Step(_record(row), "abandon_on_crash", {"session_ended": True}))
                 abandoned += 1
         return abandoned

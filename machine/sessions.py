@@ -21,7 +21,7 @@ from pydantic import JsonValue
 from lockgate.machine.db.schema import Session
 from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
 from lockgate.machine.db.store import SqlStore
-from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
+from lockgate.machine.errors import STALE_WRITE
 from lockgate.machine.instances import InstanceLease
 from lockgate.machine.ledger import Ledger
 from lockgate.machine.records import RowRecord
@@ -30,8 +30,6 @@ from lockgate.spec import SessionStatus
 from lockgate.spec.session_lease import Alarm, LeasePolicy, decide_session_alarm
 
 log = logging.getLogger("lockgate.sessions")
-
-_STALE = (Conflict, GuardRefused, IllegalTransition)
 
 
 def _record(row: Session) -> RowRecord[Session]:
@@ -108,7 +106,7 @@ class Sessions:
         if row is None or row.status != SessionStatus.IDLE:
             return
         # Another request or instance may have moved it; activity is recorded either way.
-        with contextlib.suppress(*_STALE):
+        with contextlib.suppress(*STALE_WRITE):
             self.write.apply(
                 Step(_record(row), "begin_request", data={"incarnation": self.lease.incarnation})
             )
@@ -123,7 +121,7 @@ class Sessions:
         row = self.get(session_id)
         if row is None or row.status != SessionStatus.ACTIVE:
             return
-        with contextlib.suppress(*_STALE):
+        with contextlib.suppress(*STALE_WRITE):
             self.write.apply(Step(_record(row), "end_request"))
 
     def close(self, session_id: str) -> bool:
@@ -133,7 +131,7 @@ class Sessions:
             return False
         try:
             self.write.apply(Step(_record(row), "close"), *self.ledger.abandon_steps(session_id))
-        except _STALE:
+        except STALE_WRITE:
             return False
         return True
 
@@ -173,7 +171,7 @@ class Sessions:
                     Step(_record(row), "destroy", {"lease_decision": decision.alarm.value}),
                     *self.ledger.abandon_steps(row.id),
                 )
-            except _STALE:
+            except STALE_WRITE:
                 continue
             destroyed.append(row.id)
         return destroyed
@@ -190,6 +188,6 @@ class Sessions:
                 try:
                     self.write.apply(Step(_record(row), "release"))
                     released += 1
-                except _STALE:
+                except STALE_WRITE:
                     continue
         return released + self.ledger.recover()
