@@ -157,12 +157,13 @@ def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
     wait_for(lambda: calls_of(first, ex.id) == [(1, C.SUCCEEDED)], "the first call to succeed")
     wait_running(first.sandbox)
 
-    started = time.monotonic()
     first.drain()
     joined(thread, failures)
     first.close()
-    assert time.monotonic() - started < 1.5, "the drain waited for the code"
 
+    # Had the drain waited for the code, the loop would have ended and the execution would
+    # be completed: its status and events, not a stopwatch, show that it was handed back.
+    assert first.sandbox.running() == 0
     row = row_of(first, ex.id)
     assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
     assert events(first, ex.id) == ["start", "checkpoint", "hand_back"]
@@ -248,7 +249,9 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
     started = time.monotonic()
     first.drain()
     first.close()
-    assert time.monotonic() - started < 3, "close waited past the drain's bound"
+    # The gate never opens before close returns, so a close that ignored the bound would
+    # not return at all; the generous limit only keeps a broken build from hanging.
+    assert time.monotonic() - started < DEADLINE / 3, "close waited past the drain's bound"
     assert row_of(first, ex.id).status == E.RUNNING
     assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
 
@@ -272,8 +275,8 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
 #: The bound set in the real-process test, and what the stop may take beyond it (the
 #: interpreter's own start-up costs nothing here; its exit and the app's shutdown do).
 DRAIN_SECS = 2.0
-MARGIN_SECS = 3.0
-#: About ten seconds of pure code: several seconds more than the bound and its margin.
+MARGIN_SECS = 5.0
+#: About ten seconds of pure code (longer under load): more than the bound and its margin.
 LONG = 100_000_000
 
 
