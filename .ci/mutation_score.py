@@ -29,6 +29,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
@@ -61,6 +62,8 @@ CORE = (
 SERVER = ("server/session_gate.py", "server/owed_response.py", "server/durable_sessions.py")
 #: Mutated in the full run but not held to the goal.
 OTHER = ("machine/*",)
+#: Alembic revisions are history, run once per database: not mutated.
+MIGRATIONS = ("machine/db/migrations/*",)
 
 #: Test files the gate leaves out of the project's mutation test selection: they reach the
 #: write path and recovery only incidentally (every test writes through the write path), so
@@ -79,17 +82,53 @@ GATE_SKIPS = (
     "tests/test_session_gate_sessions.py",
 )
 
-Part = tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
-#: One mutmut invocation each: (directory name, modules to mutate, modules excluded, test
-#: files left out of the selection).
+#: The test files the machine part adds to the project's selection: the tests of the modules
+#: only that part mutates (sandbox, tools, policy, secrets, settings, the store's queries),
+#: which the gate, core and server parts do not need to run.
+MACHINE_TESTS = (
+    "tests/test_drain.py",
+    "tests/test_effective_policy.py",
+    "tests/test_fair_slots.py",
+    "tests/test_fairness.py",
+    "tests/test_fault_switch.py",
+    "tests/test_limits_from_settings.py",
+    "tests/test_notes_source.py",
+    "tests/test_policy.py",
+    "tests/test_sandbox.py",
+    "tests/test_sandbox_failures.py",
+    "tests/test_sandbox_orphans.py",
+    "tests/test_secrets.py",
+    "tests/test_store.py",
+    "tests/test_tools_arguments.py",
+    "tests/test_tools_registry.py",
+    "tests/test_values.py",
+    "tests/test_approval_tokens.py",
+    "tests/test_approval_signing_keys.py",
+    "tests/test_generated_lifecycle.py",
+    "tests/test_traces.py",
+    "tests/test_replay_logs.py",
+)
+
+
+class Part(NamedTuple):
+    """One mutmut invocation: its directory name, the modules it mutates and those it leaves
+    alone, the test files it leaves out of the project's selection and those it adds."""
+
+    name: str
+    only: tuple[str, ...]
+    excluded: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+
+
 PARTS: list[Part] = [
-    ("gate", GATE, (), GATE_SKIPS),
-    ("core", CORE, (), ()),
-    ("server", SERVER, (), ()),
-    ("machine", OTHER, GATE + CORE, ()),
+    Part("gate", GATE, skipped=GATE_SKIPS),
+    Part("core", CORE),
+    Part("server", SERVER),
+    Part("machine", OTHER, excluded=GATE + CORE + MIGRATIONS, added=MACHINE_TESTS),
 ]
 #: `full` is every part; each part can also be run (or re-scored) on its own.
-RUNS: dict[str, list[Part]] = {"full": PARTS, **{part[0]: [part] for part in PARTS}}
+RUNS: dict[str, list[Part]] = {"full": PARTS, **{part.name: [part] for part in PARTS}}
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 STATUS_BY_EXIT_CODE: dict[int | None, str] = {
@@ -142,25 +181,23 @@ def equivalents() -> dict[str, str]:
     return found
 
 
-def check_selection(config: dict[str, object], skipped: tuple[str, ...]) -> None:
+def check_selection(config: dict[str, object], part: Part) -> None:
     """Stop when the test selection names a test file that is not there (a file split or
     renamed: its tests would silently stop counting) or a run leaves out one it lacks."""
     selection = config.get("pytest_add_cli_args_test_selection", [])
     assert isinstance(selection, list)
     named = {str(arg).split("::")[0] for arg in selection if str(arg).startswith("tests/")}
-    missing = sorted(name for name in named if not (ROOT / name).exists())
+    missing = sorted(name for name in named | set(part.added) if not (ROOT / name).exists())
     if missing:
         sys.exit(f"pyproject.toml: [tool.mutmut] selects test files that do not exist: {missing}")
-    unselected = sorted(set(skipped) - named)
+    unselected = sorted(set(part.skipped) - named)
     if unselected:
         sys.exit(f"a run leaves out test files the selection does not name: {unselected}")
 
 
-def prepare(
-    directory: Path, only: tuple[str, ...], excluded: tuple[str, ...], skipped: tuple[str, ...]
-) -> None:
-    """A fresh run directory: links to the project, a pyproject.toml scoped to `only` (and
-    whose mutation test selection leaves out the `skipped` test files)."""
+def prepare(directory: Path, part: Part) -> None:
+    """A fresh run directory: links to the project, a pyproject.toml scoped to the part's
+    modules (and whose mutation test selection leaves out or adds the part's test files)."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
@@ -171,10 +208,11 @@ def prepare(
     (directory / NAMESPACE).mkdir()
     for name in PACKAGES:
         (directory / NAMESPACE / name).symlink_to(ROOT / name, target_is_directory=True)
-    only = tuple(f"{NAMESPACE}/{m}" for m in only)
-    excluded = tuple(f"{NAMESPACE}/{m}" for m in excluded)
+    only = tuple(f"{NAMESPACE}/{m}" for m in part.only)
+    excluded = tuple(f"{NAMESPACE}/{m}" for m in part.excluded)
+    skipped = part.skipped
     text = (ROOT / "pyproject.toml").read_text("utf-8")
-    check_selection(tomllib.loads(text)["tool"]["mutmut"], skipped)
+    check_selection(tomllib.loads(text)["tool"]["mutmut"], part)
     scoped, count = re.subn(
         r"^only_mutate = .*$", f"only_mutate = {json.dumps(list(only))}", text, flags=re.M
     )
@@ -193,6 +231,10 @@ def prepare(
             if not any(f'"{name}' in line for name in skipped)
         )
         scoped = scoped[:start] + section + scoped[end:]
+    if part.added:
+        opening = "pytest_add_cli_args_test_selection = [\n"
+        extra = "".join(f'    "{name}",\n' for name in part.added)
+        scoped = scoped.replace(opening, opening + extra, 1)
     (directory / "pyproject.toml").write_text(scoped, "utf-8")
 
 
@@ -266,12 +308,12 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="score the last run again")
     args = parser.parse_args()
     plan = RUNS[args.run]
-    directories = [WORK / name for name, *_ in plan]
+    directories = [WORK / part.name for part in plan]
     if not args.report_only:
-        for (_, only, excluded, skipped), directory in zip(plan, directories, strict=True):
-            prepare(directory, only, excluded, skipped)
+        for part, directory in zip(plan, directories, strict=True):
+            prepare(directory, part)
             run_mutmut(directory)
-    held = tuple(m for m in GOAL_MODULES if any(m in only for _, only, *_ in plan))
+    held = tuple(m for m in GOAL_MODULES if any(m in part.only for part in plan))
     if not report(scores(directories), held):
         sys.exit(f"mutation score under the goal of {GOAL:g}% killed")
     print(f"\nevery module held to the goal has at least {GOAL:g}% killed")
