@@ -122,7 +122,7 @@ def test_effects_from_another_process_are_counted(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from machine.tools import NotesSource, ToolContext\n"
+        "from lockgate.machine.tools import NotesSource, ToolContext\n"
         "tool = {t.spec.name: t for t in NotesSource(Path(sys.argv[1])).tools()}['write']\n"
         "ctx = ToolContext(idempotency_key='child:1', secrets={'notes_token': 't0k3n'},"
         " principal_id='p')\n"

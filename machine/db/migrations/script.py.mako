@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import machine.db.types
+import lockgate.machine.db.types
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
