@@ -190,8 +190,12 @@ def check_selection(config: dict[str, object], part: Part) -> None:
     renamed: its tests would silently stop counting) or a run leaves out one it lacks."""
     selection = config.get("pytest_add_cli_args_test_selection", [])
     assert isinstance(selection, list)
-    named = {str(arg).split("::")[0] for arg in selection if str(arg).startswith("tests/")}
-    missing = sorted(name for name in named | set(part.added) if not (ROOT / name).exists())
+
+    def files(args: list[object] | tuple[str, ...]) -> set[str]:
+        return {str(arg).split("::")[0] for arg in args if str(arg).startswith("tests/")}
+
+    named = files(selection)
+    missing = sorted(name for name in named | files(part.added) if not (ROOT / name).exists())
     if missing:
         sys.exit(f"pyproject.toml: [tool.mutmut] selects test files that do not exist: {missing}")
     unselected = sorted(set(part.skipped) - named)
