@@ -4,6 +4,7 @@
     .ci/mutation_score.py full     machine/ and the server's ledger and session modules
     .ci/mutation_score.py core|server|machine    one part of the full run
     .ci/mutation_score.py --report-only RUN      score the last run again
+    .ci/mutation_score.py --resume RUN           go on with an interrupted run
 
 Each run gets its own directory, mutants/<run>/, holding a copy of pyproject.toml whose
 `[tool.mutmut] only_mutate` names just that run's modules (links to the sources, the tests
@@ -314,12 +315,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", choices=sorted(RUNS))
     parser.add_argument("--report-only", action="store_true", help="score the last run again")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with an interrupted run: keep its directory and the results mutmut saved",
+    )
     args = parser.parse_args()
     plan = RUNS[args.run]
     directories = [WORK / part.name for part in plan]
     if not args.report_only:
         for part, directory in zip(plan, directories, strict=True):
-            prepare(directory, part)
+            # mutmut checks only the mutants without a result, so a resumed run starts where
+            # the interrupted one stopped (a run of the machine part takes hours).
+            if not (args.resume and (directory / "pyproject.toml").exists()):
+                prepare(directory, part)
             run_mutmut(directory)
     held = tuple(m for m in GOAL_MODULES if any(m in part.only for part in plan))
     if not report(scores(directories), held):
