@@ -3,6 +3,8 @@ became of the request's execution and what to do next."""
 
 from __future__ import annotations
 
+import json
+
 from pydantic import JsonValue
 
 from lockgate.machine.db.schema import Execution, OwedRequest
@@ -20,52 +22,58 @@ def request_key(session_id: str, request_id: JsonValue) -> str:
 
 def lost_error(row: OwedRequest, execution: Execution | None) -> dict[str, JsonValue]:
     """The -32010 error for a lost request whose execution is `execution` (None when the
-    request started none). Re-executing is suggested only when nothing ran."""
+    request started none). Re-executing is suggested only when nothing ran.
+
+    The message alone says what happened and what to do next, naming the execution: most
+    clients show a model only the message, never `data` (which holds the same facts, typed).
+    Every sentence is true whatever lost the request (a crash, a drain, the response
+    deadline, a broken stream): the status is read now, after recovery took over.
+    """
+    lost = (
+        f"The server lost request {json.dumps(row.request_id)} ({row.method}) before "
+        "answering it (it restarted, shut down, or the stream broke)."
+    )
     data: dict[str, JsonValue] = {"requestMethod": row.method}
     if execution is None:
         data["executionId"] = None
         data["next"] = "re-execute"
-        data["hint"] = (
-            "The server stopped before this request started any execution: nothing ran. "
-            "Send it again."
-        )
+        data["hint"] = "The request started no execution: nothing ran. Send it again."
     else:
         status = execution.status
-        data["executionId"] = execution.id
+        name = execution.id
+        data["executionId"] = name
         data["status"] = status
         # Not `live_names`: a paused execution is reported as paused, not running.
         if status in (E.PENDING, E.RUNNING):
+            state = "is running" if status == E.RUNNING else "is queued to run again"
             data["next"] = "wait"
             data["hint"] = (
-                "The execution was recovered and is running again: call `resume` with this "
-                "executionId and no action to get its result."
+                f"Execution {name} {state}: call `resume` with executionId={name} and no "
+                "action to wait for its result."
             )
         elif status == E.WAITING_FOR_INTERACTION:
             data["next"] = "resume"
             data["hint"] = (
-                "The execution is paused for approval: call `resume` with this executionId "
-                "and action accept, decline or cancel."
+                f"Execution {name} is paused for approval: call `resume` with "
+                f"executionId={name} and action accept, decline or cancel."
             )
         elif status == E.INTERRUPTED:
             data["whatRan"] = execution.what_ran
             data["next"] = "check"
             data["hint"] = (
-                "The execution was interrupted; whatRan names the calls that ran and the "
-                "call in doubt. Check it before running the code again."
+                f"Execution {name} was interrupted: a call may or may not have taken effect "
+                "(whatRan in the error data, or `resume` with this executionId and no action, "
+                "names the calls that ran and the one in doubt). Check it before running the "
+                "code again."
             )
         else:
             data["next"] = "fetch"
             data["hint"] = (
-                f"The execution is {status}: call `resume` with this executionId and no "
+                f"Execution {name} is {status}: call `resume` with executionId={name} and no "
                 "action to read its outcome."
             )
     return {
         "jsonrpc": "2.0",
         "id": row.request_id,
-        "error": {
-            "code": REQUEST_LOST,
-            "message": "The server lost this request (it restarted or the stream broke) "
-            "before answering it.",
-            "data": data,
-        },
+        "error": {"code": REQUEST_LOST, "message": f"{lost} {data['hint']}", "data": data},
     }
