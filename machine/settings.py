@@ -161,11 +161,15 @@ class Settings(BaseSettings):
         description="A request not answered within this is answered with JSON-RPC error "
         "-32010 (request lost) saying what became of its execution.",
     )
+    # The TypeScript and Python SDKs reconnect a broken stream twice, `retry` apart, then
+    # give up (the TS call then times out at 60 s): 20 s covers a restart of up to ~35 s
+    # (two attempts, 20 and 40 s after the break) and still answers within the TS timeout.
     sse_retry_ms: int = Field(
-        default=3000,
+        default=20000,
         ge=100,
         description="Reconnection delay suggested to clients on SSE streams; a client that "
-        "reconnects after a restart collects the -32010 report for what it lost.",
+        "reconnects after a restart collects the -32010 report for what it lost. Clients "
+        "try twice, this far apart, so a restart must be ready within about twice this.",
     )
     notes_dir: Path | None = Field(
         default=Path("lockgate-notes"),

@@ -2,7 +2,9 @@
 
 Boot order: the runtime registers this incarnation at once, then recovers dead instances'
 work in the background; /readyz answers 503 and /mcp asks clients to retry until that
-recovery finished, so no request races the recovery of the work it is about.
+recovery finished, so no request races the recovery of the work it is about. A session's GET
+is the exception: it only collects reports (which recover what they describe themselves) or
+listens, and a client reconnecting after a restart has few attempts to spend.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from lockgate.server.auth import (
     RequestRate,
     Scope,
     Send,
+    header,
     json_rpc_error,
 )
 from lockgate.server.durable_sessions import DurableSessionManager
@@ -44,13 +47,22 @@ log = logging.getLogger("lockgate.server")
 
 
 class WhenReady:
-    """Until boot recovery finished, answer 503 with Retry-After instead of serving."""
+    """Until boot recovery finished, answer 503 with Retry-After instead of serving; except
+    a session's GET, served at once.
+
+    A client whose stream the restart broke reconnects with a GET, only twice, at the
+    server's `retry:` interval (the TypeScript and Python SDKs): a 503 spends one of those
+    attempts. Such a GET needs no boot recovery to be answered: collecting the session's
+    reports takes over what the dead incarnation owed, and its executions, itself
+    (`Ledger.lost_reports`); a listening stream needs nothing recovered at all.
+    """
 
     def __init__(self, app: ASGIApp, ready: threading.Event) -> None:
         self.app, self.ready = app, ready
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.ready.is_set():
+        early = scope.get("method") == "GET" and header(scope, b"mcp-session-id") is not None
+        if scope["type"] == "http" and not self.ready.is_set() and not early:
             await json_rpc_error(
                 send,
                 503,

@@ -14,8 +14,8 @@ is sent on.
 This is the one module that reaches into the SDK's private session bookkeeping
 (`_server_instances`, `_session_owners`, `_session_creation_lock`, `_task_group`,
 `_lifespan_state`, and the overridden `_handle_stateful_request`, `_admit_session`,
-`_discard_session`). That is why `mcp` is pinned to one version in pyproject.toml, and why
-tests/test_sdk_contract.py fails, naming what changed, when an upgrade moves any of it.
+`_discard_session`, and the transport's `_mint_priming_event`). That is why `mcp` is pinned
+to one version in pyproject.toml, and why tests/test_sdk_contract.py fails, naming what changed, when an upgrade moves any of it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ from anyio.abc import TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http import (
+    MCP_SESSION_ID_HEADER,
+    SSEEvent,
+    StreamableHTTPServerTransport,
+    StreamId,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
@@ -61,6 +66,28 @@ def restored_params(row: Session) -> InitializeRequestParams:
     )
 
 
+#: The version the SDK starts priming streams at; earlier sessions are primed as if they spoke
+#: it (see `PrimingTransport`).
+PRIMED_FROM = "2025-11-25"
+
+
+class PrimingTransport(StreamableHTTPServerTransport):
+    """The SDK's transport, priming every stream, whatever 2025 version the session speaks.
+
+    The SDK writes a POST stream's priming event (an event id and `retry:`, no data) only
+    from 2025-11-25, where the spec introduced it. Without one, a 2025-06-18 or 2025-03-26
+    client whose stream breaks before the first message has no event id to resume from, so
+    it can never collect the -32010 report for the request it lost. The clients people run
+    (the TypeScript SDK 1.x, the Python SDK) accept a priming event on any version: they skip
+    an event without data and keep its id and retry, which is all a priming event is.
+    """
+
+    async def _mint_priming_event(
+        self, stream_id: StreamId, protocol_version: str
+    ) -> SSEEvent | None:
+        return await super()._mint_priming_event(stream_id, max(protocol_version, PRIMED_FROM))
+
+
 class DurableSessionManager(StreamableHTTPSessionManager):
     def __init__(self, app: Any, sessions: Sessions, replay: ReplayLogs, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
@@ -68,7 +95,7 @@ class DurableSessionManager(StreamableHTTPSessionManager):
         self.replay = replay
 
     def _transport(self, session_id: str) -> StreamableHTTPServerTransport:
-        return StreamableHTTPServerTransport(
+        return PrimingTransport(
             mcp_session_id=session_id,
             is_json_response_enabled=self.json_response,
             event_store=self.replay.for_session(session_id),

@@ -94,8 +94,6 @@ class OwedResponse:
         self._json = bytearray()
         self._lock = anyio.Lock()
         self.ready = anyio.Event()
-        #: Whether the SDK sends a priming event first (protocol 2025-11-25 and later).
-        self.primes = True
 
     async def send(self, message: Message) -> None:
         async with self._lock:
@@ -107,7 +105,9 @@ class OwedResponse:
                 content_type = dict(message.get("headers", [])).get(b"content-type", b"")
                 self.sse = content_type.startswith(b"text/event-stream")
                 await self._send(message)
-                if not (self.sse and self.primes):
+                # An SSE stream is ready once its priming event is out (every session's
+                # streams are primed: `server/durable_sessions.PrimingTransport`).
+                if not self.sse:
                     self.ready.set()
                 return
             if message["type"] != "http.response.body":

@@ -255,8 +255,6 @@ class SessionGate:
                 self.ledger.owe, session_id, request_id, str(parsed["method"]), execution_id
             )
             watcher = OwedResponse(self.ledger, owed, request_id, send)
-            version = header(scope, b"mcp-protocol-version") or "2025-11-25"
-            watcher.primes = version >= "2025-11-25"
             try:
                 await self._answer(scope, replay, watcher, gone)
             except anyio.get_cancelled_exc_class():

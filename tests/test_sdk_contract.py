@@ -109,6 +109,17 @@ def test_the_sdk_still_calls_what_the_subclass_overrides() -> None:
     assert "_server_instances.pop(" in discard, f"_discard_session no longer forgets: {WHY}"
 
 
+def test_the_transport_still_mints_priming_events_where_the_subclass_widens_them() -> None:
+    """`PrimingTransport` primes 2025-06-18 and 2025-03-26 streams through the SDK's own
+    minting: it must still exist, take the stream and the version, and be called for a
+    POST's stream and a resumed one."""
+    mint = getattr(StreamableHTTPServerTransport, "_mint_priming_event", None)
+    assert mint is not None, f"StreamableHTTPServerTransport._mint_priming_event is gone: {WHY}"
+    assert parameters(mint) == ["stream_id", "protocol_version"], WHY
+    calls = inspect.getsource(StreamableHTTPServerTransport).count("self._mint_priming_event(")
+    assert calls >= 2, f"the SDK no longer primes through _mint_priming_event: {WHY}"
+
+
 def test_the_transport_and_connection_take_what_a_revival_passes() -> None:
     transport = parameters(StreamableHTTPServerTransport.__init__)
     for name in (

@@ -259,8 +259,11 @@ def headers(key: str, session_id: str | None = None, **extra: str) -> dict[str, 
     return sent
 
 
-async def raw_initialize(http: httpx2.AsyncClient, url: str, key: str) -> str:
-    """`initialize` and `notifications/initialized` by hand; returns the session id."""
+async def raw_initialize(
+    http: httpx2.AsyncClient, url: str, key: str, version: str = PROTOCOL
+) -> str:
+    """`initialize` and `notifications/initialized` by hand (asking for `version`); returns
+    the session id."""
     response = await http.post(
         url,
         headers=headers(key),
@@ -269,7 +272,7 @@ async def raw_initialize(http: httpx2.AsyncClient, url: str, key: str) -> str:
             "id": 1,
             "method": "initialize",
             "params": {
-                "protocolVersion": PROTOCOL,
+                "protocolVersion": version,
                 "capabilities": {},
                 "clientInfo": {"name": "raw-test", "version": "1.0"},
             },
@@ -277,11 +280,11 @@ async def raw_initialize(http: httpx2.AsyncClient, url: str, key: str) -> str:
     )
     assert response.status_code == 200, response.text
     [answer] = sse_messages(response.content)
-    assert answer["result"]["protocolVersion"] == PROTOCOL
+    assert answer["result"]["protocolVersion"] == version
     session_id = response.headers["mcp-session-id"]
     done = await http.post(
         url,
-        headers=headers(key, session_id),
+        headers=headers(key, session_id, **{"MCP-Protocol-Version": version}),
         json={"jsonrpc": "2.0", "method": "notifications/initialized"},
     )
     assert done.status_code == 202, done.text
