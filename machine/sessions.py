@@ -136,6 +136,18 @@ class Sessions:
         return True
 
     def live(self, session_id: str) -> Session | None:
+        """The session if it is live now. One past its idle timeout (or its cap) is expired
+        here, at the moment of use, rather than served until the next sweep (up to the
+        sweep interval late)."""
+        row = self.get(session_id)
+        if row is None or row.status not in LIVE_SESSION_STATUSES:
+            return None
+        now = self.clock()
+        if now - row.last_activity < self.policy.idle_timeout:
+            return row  # the common case: no counts to read
+        if self._destroy_if_due(row, now):
+            return None
+        # Kept (running work extends it), or someone else's write came first: as it is now.
         row = self.get(session_id)
         return row if row is not None and row.status in LIVE_SESSION_STATUSES else None
 
@@ -155,26 +167,31 @@ class Sessions:
         destroyed = []
         now = self.clock()
         for row in rows:
-            counts = self.live_counts(session_id=row.id)
-            decision = decide_session_alarm(
-                now,
-                row.last_activity,
-                counts["running"],
-                counts["paused"],
-                self._owed_here(row.id),
-                self.policy,
-            )
-            if decision.alarm is not Alarm.DESTROY:
-                continue
-            try:
-                self.write.apply(
-                    Step(_record(row), "destroy", {"lease_decision": decision.alarm.value}),
-                    *self.ledger.abandon_steps(row.id),
-                )
-            except STALE_WRITE:
-                continue
-            destroyed.append(row.id)
+            if self._destroy_if_due(row, now):
+                destroyed.append(row.id)
         return destroyed
+
+    def _destroy_if_due(self, row: Session, now: datetime) -> bool:
+        """Apply the lease decision to one session; whether this call destroyed it."""
+        counts = self.live_counts(session_id=row.id)
+        decision = decide_session_alarm(
+            now,
+            row.last_activity,
+            counts["running"],
+            counts["paused"],
+            self._owed_here(row.id),
+            self.policy,
+        )
+        if decision.alarm is not Alarm.DESTROY:
+            return False
+        try:
+            self.write.apply(
+                Step(_record(row), "destroy", {"lease_decision": decision.alarm.value}),
+                *self.ledger.abandon_steps(row.id),
+            )
+        except STALE_WRITE:
+            return False  # another instance destroyed it, or a request touched it, first
+        return True
 
     # -- recovery --------------------------------------------------------------------------------
 

@@ -43,7 +43,6 @@ log = logging.getLogger("lockgate.ledger")
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-LIVE = ("active", "idle")
 SESSION_NOT_FOUND = (
     "Session not found: it expired, was closed, or never existed for this API key. "
     "Start a new session (send initialize without Mcp-Session-Id)."
@@ -84,8 +83,9 @@ class SessionGate:
         session_id = header(scope, b"mcp-session-id")
         row = None
         if session_id is not None:
-            row = await to_thread.run_sync(self.sessions.get, session_id)
-            if row is None or row.principal_id != principal or row.status not in LIVE:
+            # `live` also expires a session past its idle timeout, at this use.
+            row = await to_thread.run_sync(self.sessions.live, session_id)
+            if row is None or row.principal_id != principal:
                 # Unknown, another principal's, expired or closed: the same answer for all,
                 # so the answer never tells whether someone else's session exists. (Gone
                 # even if this process still holds its transport.)

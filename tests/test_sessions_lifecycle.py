@@ -220,3 +220,33 @@ def test_recovery_that_lost_one_session_goes_on_with_the_rest(make_runtime: Make
     faults.session_id = first
     assert here.sessions.recover() == 1  # the other instance closed the first one
     assert (session_status(here, first), session_status(here, second)) == ("closed", "idle")
+
+
+def test_an_idle_session_is_expired_at_its_next_use_not_at_the_next_sweep(
+    make_runtime: MakeRuntime,
+) -> None:
+    clock = FakeClock()
+    limits = {"session_idle_timeout": "60", "session_lease": "60", "session_cap": "600"}
+    runtime = make_runtime(clock=clock, **limits)
+    opened(runtime, "quiet")
+    clock.advance(timedelta(seconds=59))
+    assert runtime.sessions.live("quiet") is not None  # within its idle timeout
+    clock.advance(timedelta(seconds=2))  # one second past it; no sweep has run
+    assert runtime.sessions.live("quiet") is None
+    assert session_status(runtime, "quiet") == "expired"
+    assert runtime.sessions.sweep() == []  # nothing left for the sweep
+
+
+def test_a_session_past_its_idle_timeout_with_running_work_is_kept_at_use(
+    make_runtime: MakeRuntime,
+) -> None:
+    clock = FakeClock()
+    started = CrashPoint.parse("execution:start:pending->running:after_commit")
+    limits = {"session_idle_timeout": "60", "session_lease": "60", "session_cap": "600"}
+    runtime = make_runtime(clock=clock, faults=Faults([started]), **limits)
+    opened(runtime, "busy")
+    with pytest.raises(InjectedCrash):  # the execution stays running, in session busy
+        runtime.engine.execute("alice", "1 + 1", "busy", request_key("busy", 1))
+    clock.advance(timedelta(seconds=90))
+    row = runtime.sessions.live("busy")
+    assert row is not None and row.status == "idle"
