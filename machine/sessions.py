@@ -42,6 +42,15 @@ class LiveCounts(Protocol):
     def __call__(self, *, session_id: str | None = None) -> dict[str, int]: ...
 
 
+#: Reads and retries of one close before giving up: each retry means another write to the
+#: session succeeded in between, which a session's own requests do only a few times.
+CLOSE_ATTEMPTS = 20
+
+
+class SessionBusy(Exception):
+    """A close lost every attempt to concurrent writes: the DELETE must be retried."""
+
+
 class Sessions:
     def __init__(
         self,
@@ -125,15 +134,25 @@ class Sessions:
             self.write.apply(Step(_record(row), "end_request"))
 
     def close(self, session_id: str) -> bool:
-        """DELETE: the session ends; its executions are untouched."""
-        row = self.get(session_id)
-        if row is None or row.status not in LIVE_SESSION_STATUSES:
-            return False
-        try:
-            self.write.apply(Step(_record(row), "close"), *self.ledger.abandon_steps(session_id))
-        except STALE_WRITE:
-            return False
-        return True
+        """DELETE: the session ends; its executions are untouched. Whether this call closed
+        it (False: it was not live).
+
+        A write that lands between reading the row and closing it (the previous request's
+        `end_request`, another instance's activity) makes the close stale; it is read again
+        and applied again, never dropped: a DELETE answered 200 while the row stayed live
+        would let the next request revive the session."""
+        for _ in range(CLOSE_ATTEMPTS):
+            row = self.get(session_id)
+            if row is None or row.status not in LIVE_SESSION_STATUSES:
+                return False
+            try:
+                self.write.apply(
+                    Step(_record(row), "close"), *self.ledger.abandon_steps(session_id)
+                )
+            except STALE_WRITE:
+                continue  # someone else's write came first: close what is there now
+            return True
+        raise SessionBusy(session_id)
 
     def live(self, session_id: str) -> Session | None:
         """The session if it is live now. One past its idle timeout (or its cap) is expired

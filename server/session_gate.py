@@ -26,7 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
 from lockgate.machine.ledger import OwedRecord, acknowledged_reports, report_event_ids
-from lockgate.machine.sessions import Sessions
+from lockgate.machine.sessions import SessionBusy, Sessions
 from lockgate.server.auth import (
     OVER_LIMIT,
     Message,
@@ -129,7 +129,18 @@ class SessionGate:
                 return
             await self._until_drained(self.app, scope, receive, send)
         elif method == "DELETE" and session_id is not None and live:
-            await to_thread.run_sync(self.sessions.close, session_id)
+            try:
+                await to_thread.run_sync(self.sessions.close, session_id)
+            except SessionBusy:
+                await json_rpc_error(
+                    send,
+                    503,
+                    -32603,
+                    "The session is too busy to close right now (its requests keep writing "
+                    "to it); it is still open. Send the DELETE again in a moment.",
+                    ((b"retry-after", b"1"),),
+                )
+                return
             if self.held(session_id):
                 await self.app(scope, receive, send)
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlmodel import select
@@ -18,6 +19,7 @@ from lockgate.machine.db.schema import Session
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.lost_report import request_key
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.sessions import SessionBusy
 from lockgate.spec import CrashPoint
 from tests.support.sessions import PROTOCOL, FakeClock, opened, owed_status, session_status
 
@@ -250,3 +252,53 @@ def test_a_session_past_its_idle_timeout_with_running_work_is_kept_at_use(
     clock.advance(timedelta(seconds=90))
     row = runtime.sessions.live("busy")
     assert row is not None and row.status == "idle"
+
+
+def test_a_close_that_loses_a_race_with_the_last_requests_end_still_closes(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DELETE raced the previous request's bookkeeping: that request's `end_request` lands
+    between the close reading the row and writing it. The session must end anyway (a 200
+    with the row still live let the next request revive it)."""
+    runtime = make_runtime()
+    opened(runtime, "s")
+    runtime.sessions.begin_request("s")  # the previous request, still finishing
+    read = runtime.sessions.get
+    raced: list[str] = []
+
+    def read_then_race(session_id: str) -> Any:
+        row = read(session_id)
+        if not raced:
+            raced.append(session_id)
+            runtime.sessions.end_request(session_id)  # active -> idle, after the read
+        return row
+
+    monkeypatch.setattr(runtime.sessions, "get", read_then_race)
+    assert runtime.sessions.close("s") is True
+    assert raced == ["s"]
+    assert session_status(runtime, "s") == "closed"
+    assert runtime.sessions.live("s") is None
+
+
+def test_a_close_that_every_attempt_loses_says_so_instead_of_pretending(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = make_runtime()
+    opened(runtime, "s")
+    read = runtime.sessions.get
+    touching: list[bool] = []
+
+    def read_then_touch(session_id: str) -> Any:
+        row = read(session_id)
+        if not touching:  # a write after every read of the close (not of the writes')
+            touching.append(True)
+            runtime.sessions.begin_request(session_id)
+            runtime.sessions.end_request(session_id)
+            touching.clear()
+        return row
+
+    monkeypatch.setattr(runtime.sessions, "get", read_then_touch)
+    with pytest.raises(SessionBusy):
+        runtime.sessions.close("s")
+    monkeypatch.undo()
+    assert runtime.sessions.live("s") is not None  # still open: the DELETE is retried
