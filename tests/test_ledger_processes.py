@@ -36,6 +36,7 @@ from tests.support.sessions import (
     database,
     died,
     eventually,
+    execute_request,
     headers,
     lost_data,
     raw_initialize,
@@ -54,15 +55,6 @@ def compute(iterations: int) -> str:
 #: response deadline, and long enough to be caught running by a signal.
 LONG = compute(20_000_000)
 LONG_TOTAL = sum(range(20_000_000))
-
-
-def execute_request(request_id: Any, code: str) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": "execute", "arguments": {"code": code}},
-    }
 
 
 def resume_request(request_id: Any, execution_id: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from tests.support.sessions import (
     URL,
     FakeClock,
     eventually,
+    execute_request,
     headers,
     key_for,
     raw_initialize,
@@ -109,12 +110,7 @@ def test_a_revived_session_runs_tools_and_replays_its_own_streams_only(
     first = make_runtime(instance_name="first")
     key = key_for(first, "alice")
     second = make_runtime(instance_name="second")
-    execute = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "execute", "arguments": {"code": "6 * 7"}},
-    }
+    execute = execute_request(2, "6 * 7")
 
     async def scenario() -> None:
         caplog.set_level(logging.INFO, logger="lockgate.sessions")

@@ -17,7 +17,14 @@ import pytest
 from lockgate.machine.runtime import Runtime
 from lockgate.server.session_gate import SessionGate
 from tests.support.servers import run
-from tests.support.sessions import URL, headers, key_for, raw_initialize, serving
+from tests.support.sessions import (
+    URL,
+    execute_request,
+    headers,
+    key_for,
+    raw_initialize,
+    serving,
+)
 from tests.support.sse import sse_messages
 
 MakeRuntime = Callable[..., Runtime]
@@ -31,12 +38,7 @@ def test_a_post_stream_of_every_2025_version_starts_with_a_priming_event(
 ) -> None:
     runtime = make_runtime(sse_retry_ms=7000)
     key = key_for(runtime, "alice")
-    execute = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "execute", "arguments": {"code": "6 * 7"}},
-    }
+    execute = execute_request(2, "6 * 7")
 
     async def scenario() -> None:
         async with serving(runtime) as (http, auth):

@@ -246,6 +246,16 @@ async def replace(
 # -- raw HTTP --------------------------------------------------------------------------------
 
 
+def execute_request(request_id: Any, code: str) -> dict[str, Any]:
+    """A raw JSON-RPC `tools/call` of `execute` running `code`."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "execute", "arguments": {"code": code}},
+    }
+
+
 def headers(key: str, session_id: str | None = None, **extra: str) -> dict[str, str]:
     sent = {
         "Authorization": f"Bearer {key}",
