@@ -388,6 +388,16 @@ class Planned:
     scenarios: int
 
 
+#: Points a real process reaches only when a wall-clock interval happens to pass inside a
+#: short window: a heartbeat while the instance drains (the drain lasts about one heartbeat
+#: interval). A fault-free run may reach one and its crashed twin not, so armed there a run
+#: would fail for the clock's sake; the in-process sweep, on a fake clock, crashes them.
+TIMED = frozenset(
+    CrashPoint.parse(f"instance:heartbeat:draining->draining:{moment}")
+    for moment in ("before_commit", "after_commit")
+)
+
+
 def plan_runs(
     scenarios: Sequence[Scenario],
     size: int | None,
@@ -421,7 +431,7 @@ def plan_runs(
     for scenario in pool:
         free = run_in_process(scenario, None, url())
         runs.append(free)
-        points = sorted(free.reached, key=lambda p: p.name)
+        points = sorted(free.reached - TIMED, key=lambda p: p.name)
         plans += [(scenario, point, free.calls) for point in points]
     if size is not None:
         by_scenario: dict[str, list[tuple[Scenario, CrashPoint, CallLists]]] = {}
