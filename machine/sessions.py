@@ -162,8 +162,10 @@ class Sessions:
         if row is None or row.status not in LIVE_SESSION_STATUSES:
             return None
         now = self.clock()
-        if now - row.last_activity < self.policy.idle_timeout:
-            return row  # the common case: no counts to read
+        # The common case, decided without reading counts: a session the lease keeps with no
+        # work at all is kept with any (the counts only choose between extend and destroy).
+        if decide_session_alarm(now, row.last_activity, 0, 0, 0, self.policy).alarm is Alarm.KEEP:
+            return row
         if self._destroy_if_due(row, now):
             return None
         # Kept (running work extends it), or someone else's write came first: as it is now.
