@@ -261,3 +261,13 @@ def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
     found = [v for run in report.violations for v in run.violations]
     assert any(v.invariant == "the canary secret appears nowhere" for v in found), found
     assert any("in table" in v.detail for v in found), found
+
+
+def test_the_points_left_to_the_in_process_sweep_are_real_crash_points() -> None:
+    """`TIMED` names points by text: a renamed transition would silently stop matching."""
+    from lockgate.simulation.real_process import TIMED
+    from lockgate.spec import MACHINES
+    from lockgate.spec.crash_points import crash_points
+
+    every = {p for spec in MACHINES.values() for p in crash_points(spec)}
+    assert TIMED and every >= TIMED
