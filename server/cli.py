@@ -133,7 +133,7 @@ def simulate(
     ] = max(1, min(4, os.cpu_count() or 1)),
 ) -> None:
     """Crash the engine at every transition of every scenario, restart, check invariants."""
-    from lockgate.simulation import real_process as processes
+    from lockgate.simulation import real_process_plan as processes
     from lockgate.simulation import report as reporting
     from lockgate.simulation.scenarios import CATALOG, by_name
     from lockgate.simulation.sweep import sweep

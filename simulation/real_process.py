@@ -13,7 +13,6 @@ fails; the invariants are then checked on the database and the tools' data.
 from __future__ import annotations
 
 import os
-import random
 import secrets
 import shutil
 import signal
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,72 +381,10 @@ def _deaths_checked(
     return out
 
 
-@dataclass
-class Planned:
-    runs: list[RunResult]
-    scenarios: int
-
-
-#: Points a real process reaches only when a wall-clock interval happens to pass inside a
-#: short window: a heartbeat while the instance drains (the drain lasts about one heartbeat
-#: interval). A fault-free run may reach one and its crashed twin not, so armed there a run
-#: would fail for the clock's sake; the in-process sweep, on a fake clock, crashes them.
-TIMED = frozenset(
-    CrashPoint.parse(f"instance:heartbeat:draining->draining:{moment}")
-    for moment in ("before_commit", "after_commit")
-)
-
-
-def plan_runs(
-    scenarios: Sequence[Scenario],
-    size: int | None,
-    seed: int,
-    database_url: Callable[[], str] | None = None,
-) -> Planned:
-    """Real-process runs: each scenario once without faults (what it reaches, and the calls
-    it makes: the baseline of its crashed runs), then crashed at the points that run really
-    reached, every one of them (`size` None) or `size` drawn with `seed`. Scenarios that
-    no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`), and so
-    are those with several instances unless `database_url` gives each run a database of a
-    server (PostgreSQL): on SQLite they run in process only."""
-    from lockgate.simulation.remote import NO_CLIENT_DOOR, SEVERAL_INSTANCES
-
-    rng = random.Random(seed)
-    pool = [
-        s
-        for s in scenarios
-        if s.name not in NO_CLIENT_DOOR
-        and (database_url is not None or s.name not in SEVERAL_INSTANCES)
-    ]
-
-    def url() -> str | None:
-        return database_url() if database_url is not None else None
-
-    if size is not None:
-        chosen = set(rng.sample(range(len(pool)), min(size, len(pool))))
-        pool = [s for i, s in enumerate(pool) if i in chosen]
-    runs: list[RunResult] = []
-    plans: list[tuple[Scenario, CrashPoint, CallLists]] = []
-    for scenario in pool:
-        free = run_in_process(scenario, None, url())
-        runs.append(free)
-        points = sorted(free.reached - TIMED, key=lambda p: p.name)
-        plans += [(scenario, point, free.calls) for point in points]
-    if size is not None:
-        by_scenario: dict[str, list[tuple[Scenario, CrashPoint, CallLists]]] = {}
-        for plan in plans:
-            by_scenario.setdefault(plan[0].name, []).append(plan)
-        plans = [rng.choice(options) for options in by_scenario.values()]
-    for scenario, point, baseline in plans:
-        runs.append(run_in_process(scenario, point, url(), baseline=baseline))
-    return Planned(runs, len(pool))
-
-
 __all__ = [
     "Deployment",
     "ProcessKilled",
     "ServerProcess",
-    "plan_runs",
     "run_in_process",
     "until",
 ]

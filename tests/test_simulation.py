@@ -159,7 +159,7 @@ def test_a_stalled_server_s_work_is_recovered_by_another_on_postgresql(
 
 
 def test_several_instance_scenarios_run_for_real_only_on_a_database_server() -> None:
-    from lockgate.simulation.real_process import plan_runs
+    from lockgate.simulation.real_process_plan import plan_runs
     from lockgate.simulation.remote import SEVERAL_INSTANCES
 
     planned = plan_runs([by_name(n) for n in sorted(SEVERAL_INSTANCES)], 3, seed=1)
@@ -265,7 +265,7 @@ def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
 
 def test_the_points_left_to_the_in_process_sweep_are_real_crash_points() -> None:
     """`TIMED` names points by text: a renamed transition would silently stop matching."""
-    from lockgate.simulation.real_process import TIMED
+    from lockgate.simulation.real_process_plan import TIMED
     from lockgate.spec import MACHINES
     from lockgate.spec.crash_points import crash_points
 
