@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
+from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore, StoreWrite
 from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
@@ -33,6 +34,7 @@ from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
+    IdempotencyKeyReused,
     InvalidExecutionInput,
 )
 from lockgate.machine.execution_reads import ExecutionReads
@@ -52,6 +54,14 @@ from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import EXECUTION
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import ToolCallStatus as C
+
+
+class AlreadyStarted(Exception):
+    """`begin` found the execution its idempotency key already started: wait for that one."""
+
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(execution_id)
+        self.execution_id = execution_id
 
 
 def _utcnow() -> datetime:
@@ -133,6 +143,7 @@ class Engine:
         code: str,
         session_id: str | None,
         origin_request: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Execution:
         if not code.strip():
             raise InvalidExecutionInput("The code is empty: send the Python code to run.")
@@ -147,6 +158,7 @@ class Engine:
             principal_id=principal_id,
             session_id=session_id,
             origin_request=origin_request,
+            idempotency_key=idempotency_key,
             status=E.PENDING.value,
             code=code,
             created_at=now,
@@ -165,14 +177,38 @@ class Engine:
         code: str,
         session_id: str | None = None,
         origin_request: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionRecord:
         """Store a new execution claimed by this instance in the same transaction (no other
         instance can take it in between). `carry_on` runs it. `origin_request` names the
-        request that started it, so a lost answer can say what became of it."""
-        row = self._new_execution(principal_id, code, session_id, origin_request)
+        request that started it, so a lost answer can say what became of it.
+
+        With `idempotency_key`, an execution the principal already started with that key
+        is not started again: `AlreadyStarted` names it (the caller waits for it), or
+        `IdempotencyKeyReused` when it runs other code. Two racing calls with one key
+        cannot both start one: the store's unique index refuses the second insert."""
+        if idempotency_key is not None:
+            self.refuse_started(principal_id, code, idempotency_key)
+        row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
         ex = record_of(row)
-        self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
+        try:
+            self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
+        except ConstraintViolation:
+            if idempotency_key is None:
+                raise
+            self.refuse_started(principal_id, code, idempotency_key)
+            raise
         return ex
+
+    def refuse_started(self, principal_id: str, code: str, key: str) -> None:
+        """Raise `AlreadyStarted` (or `IdempotencyKeyReused`) when `key` already started an
+        execution of the principal; return when it is free."""
+        row = self.store.executions.by_idempotency_key(principal_id, key)
+        if row is None:
+            return
+        if row.code != code:
+            raise IdempotencyKeyReused(execution_id=row.id)
+        raise AlreadyStarted(row.id)
 
     def carry_on(self, ex: ExecutionRecord) -> ExecutionView:
         """Run a claimed execution until it finishes or pauses."""

@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     BLOCKED = "blocked"
     SNAPSHOT_CORRUPT = "snapshot_corrupt"
     LIMIT_REACHED = "limit_reached"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 
 
 class LockgateError(Exception):

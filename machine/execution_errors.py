@@ -67,6 +67,21 @@ class InvalidExecutionInput(LockgateError):
     code = ErrorCode.INVALID_INPUT
 
 
+class IdempotencyKeyReused(LockgateError):
+    """`execute` named an idempotency key the principal already used for different code."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+    def __init__(self, *, execution_id: str) -> None:
+        self.execution_id = execution_id
+        super().__init__(
+            f"This idempotencyKey already started execution {execution_id!r}, with different "
+            "code; nothing was started.",
+            hint=f"To wait for that execution, call resume with executionId={execution_id}. "
+            "To run this code, send it with a new idempotencyKey (or none).",
+        )
+
+
 class LimitReached(LockgateError):
     """The principal is at one of its admission limits; nothing was started or decided.
 

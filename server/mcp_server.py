@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.execution_errors import IdempotencyKeyReused
 from lockgate.machine.lost_report import request_key
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
@@ -31,9 +32,22 @@ from lockgate.server.runner import ExecutionRunner
 log = logging.getLogger("lockgate.mcp")
 
 
+#: What `execute`'s schema tells a client about the key.
+IDEMPOTENCY_KEY_HELP = (
+    "Optional. A fresh value (a UUID) per program you mean to run once. If the answer to "
+    "this call is lost (a restart, a broken connection), send the same call with the same "
+    "key: it is attached to the execution the first one started (its result, or its "
+    "current state) instead of starting a second. A key already used with other code is "
+    "refused with idempotency_key_reused."
+)
+
+
 class ExecuteArguments(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     code: str = Field(min_length=1)
+    idempotency_key: str | None = Field(
+        default=None, alias="idempotencyKey", min_length=1, max_length=128
+    )
 
 
 class ResumeArguments(BaseModel):
@@ -103,7 +117,13 @@ def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> li
             input_schema={
                 "type": "object",
                 "properties": {
-                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars}
+                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars},
+                    "idempotencyKey": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 128,
+                        "description": IDEMPOTENCY_KEY_HELP,
+                    },
                 },
                 "required": ["code"],
                 "additionalProperties": False,
@@ -202,7 +222,9 @@ class LockgateMCP:
                     if session_id and ctx.request_id is not None
                     else None
                 )
-                outcome = await self.runner.execute(principal, args.code, session_id, origin)
+                outcome = await self.runner.execute(
+                    principal, args.code, session_id, origin, args.idempotency_key
+                )
                 return await self._shape(outcome)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)
@@ -247,6 +269,8 @@ class LockgateMCP:
             )
         except ValidationError as exc:
             return shapes.invalid(_problems(exc))
+        except IdempotencyKeyReused as exc:
+            return shapes.error(exc, exc.execution_id)
         except LockgateError as exc:
             return shapes.error(exc, execution_id)
         except Exception:

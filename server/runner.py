@@ -29,7 +29,8 @@ from anyio import to_thread
 from pydantic import JsonValue
 
 from lockgate.machine.db.store import StoreWrite
-from lockgate.machine.engine import Action
+from lockgate.machine.dispatcher import ExecutionRecord
+from lockgate.machine.engine import Action, AlreadyStarted
 from lockgate.machine.execution_errors import LimitReached
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
@@ -188,17 +189,43 @@ class ExecutionRunner:
             raise LimitReached.paused(limit)
 
     async def execute(
-        self, principal: str, code: str, session_id: str | None, origin: str | None = None
+        self,
+        principal: str,
+        code: str,
+        session_id: str | None,
+        origin: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionView | Running:
+        """Start and run new code; with `idempotency_key`, a call that repeats one which
+        already started an execution waits for that execution instead (a retry of a lost
+        `execute` is attached to it: no second execution, no limit spent)."""
         engine = self.runtime.engine
         self.in_flight.claim(principal)
         try:
-            await to_thread.run_sync(self._admit_new, principal)
-            claimed = await to_thread.run_sync(engine.begin, principal, code, session_id, origin)
+            claimed = await to_thread.run_sync(
+                self._begin, principal, code, session_id, origin, idempotency_key
+            )
+        except AlreadyStarted as started:
+            self.in_flight.release(principal)
+            return await self.wait(principal, started.execution_id)
         except BaseException:
             self.in_flight.release(principal)
             raise
         return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id, principal)
+
+    def _begin(
+        self,
+        principal: str,
+        code: str,
+        session_id: str | None,
+        origin: str | None,
+        idempotency_key: str | None,
+    ) -> ExecutionRecord:
+        engine = self.runtime.engine
+        if idempotency_key is not None:
+            engine.refuse_started(principal, code, idempotency_key)
+        self._admit_new(principal)
+        return engine.begin(principal, code, session_id, origin, idempotency_key)
 
     async def resume(
         self,

@@ -41,6 +41,16 @@ class ExecutionQueries(Queries):
                 select(Execution).where(Execution.origin_request == origin_request)
             ).first()
 
+    def by_idempotency_key(self, principal_id: str, key: str) -> Execution | None:
+        """The principal's execution started with this client idempotency key, if any
+        (the unique index `ux_executions_idempotency_key` serves it)."""
+        with self._session() as s:
+            return s.exec(
+                select(Execution).where(
+                    Execution.principal_id == principal_id, Execution.idempotency_key == key
+                )
+            ).first()
+
     def running(self) -> list[Execution]:
         """Every running execution, of any owner: recovery keeps those whose owner holds no
         lease (read through the live index, `ix_executions_live`)."""

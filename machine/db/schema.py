@@ -80,6 +80,16 @@ class Execution(SQLModel, table=True):
             postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
         ),
         Index("ix_executions_principal", "principal_id", "created_at"),
+        # One execution per client idempotency key and principal: the store itself refuses
+        # a second, so two racing retries of one lost `execute` cannot both start one.
+        Index(
+            "ux_executions_idempotency_key",
+            "principal_id",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -88,6 +98,9 @@ class Execution(SQLModel, table=True):
     #: "<session id>:<JSON-RPC id>" of the request that started it, so a lost answer to that
     #: request can say what became of the execution.
     origin_request: str | None = Field(default=None, max_length=300, index=True)
+    #: The key a client gave `execute` so that re-issuing a lost call attaches to this
+    #: execution instead of starting another (unique per principal; None without one).
+    idempotency_key: str | None = Field(default=None, max_length=128)
     status: str = Field(max_length=32)
     version: int = 0
     #: The instance id holding it while running; None otherwise.
