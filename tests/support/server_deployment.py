@@ -80,8 +80,14 @@ class Deployment:
 
     def spawn(self, *args: str, name: str | None = None, **env: str) -> LockgateServer:
         """Start `lockgate serve --port <free port> [args]` without waiting for it."""
+        return self.spawn_at(free_port(), *args, name=name, **env)
+
+    def spawn_at(
+        self, port: int, /, *args: str, name: str | None = None, **env: str
+    ) -> LockgateServer:
+        """`spawn` on a given port: a restart on a dead server's port is what its clients
+        reconnect to."""
         name = name or f"server-{len(self.servers)}"
-        port = free_port()
         stdout_path = self.logs_dir / f"{name}.stdout"
         stderr_path = self.logs_dir / f"{name}.stderr"
         with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
@@ -99,7 +105,13 @@ class Deployment:
 
     def start(self, *args: str, name: str | None = None, **env: str) -> LockgateServer:
         """Start a server and wait until /readyz answers 200."""
-        server = self.spawn(*args, name=name, **env)
+        return self.start_at(free_port(), *args, name=name, **env)
+
+    def start_at(
+        self, port: int, /, *args: str, name: str | None = None, **env: str
+    ) -> LockgateServer:
+        """`start` on a given port."""
+        server = self.spawn_at(port, *args, name=name, **env)
         server.wait_ready()
         return server
 
