@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,12 +46,7 @@ from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     structured,
 )
 from tests.support.sessions import REQUEST_LOST, database, eventually
-
-ROOT = Path(__file__).resolve().parents[1]
-TS_CLIENT = ROOT / "tests" / "support" / "ts_client"
-#: Installed once per checkout, next to the virtualenv (`make clean` removes it).
-TS_INSTALL = ROOT / ".venv" / "ts-client"
-TS_SDK_VERSION = "1.32.2"
+from tests.support.typescript_sdk import TS_CLIENT, ts_sdk_fixture  # noqa: F401  (fixture)
 
 ITERATIONS = 30_000_000
 #: Sandboxed code that computes for a few seconds (no tool calls): long enough to be caught
@@ -65,28 +58,6 @@ LONG_TOTAL = sum(range(ITERATIONS))
 CLIENT_PATIENCE = 90.0
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def ts_sdk() -> Path:
-    """The official TypeScript SDK from the npm registry, pinned (`package.json`)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed (Debian: apt-get install nodejs npm)")
-    sdk = TS_INSTALL / "node_modules" / "@modelcontextprotocol" / "sdk"
-    installed = sdk / "package.json"
-    if not installed.exists() or json.loads(installed.read_text())["version"] != TS_SDK_VERSION:
-        TS_INSTALL.mkdir(parents=True, exist_ok=True)
-        shutil.copy(TS_CLIENT / "package.json", TS_INSTALL / "package.json")
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=TS_INSTALL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, f"npm install failed:\n{done.stdout}\n{done.stderr}"
-    assert json.loads(installed.read_text())["version"] == TS_SDK_VERSION
-    return sdk
 
 
 @dataclass
