@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -56,6 +57,10 @@ LONG_TOTAL = sum(range(ITERATIONS))
 #: The longest a client may take to end its call: the TypeScript client times a call out
 #: at 60 s, and a report must come before that.
 CLIENT_PATIENCE = 90.0
+#: The 2025 versions a Python SDK session offers here: its own (2025-11-25), and the two
+#: before it, as clients built on older SDK releases offer them.
+SESSION_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+ROOT = TS_CLIENT.parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -105,29 +110,36 @@ async def typescript_execute(url: str, key: str, sdk: Path) -> Lost | dict[str, 
     )
 
 
-async def python_session_execute(url: str, key: str) -> Lost | dict[str, Any]:
-    started = time.monotonic()
-    outcome: list[Lost | dict[str, Any]] = []
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+async def python_session_execute(url: str, key: str, version: str) -> Lost | dict[str, Any]:
+    """The Python SDK client on a session offering `version`, in a process of its own
+    (`tests/support/procs/python_execute.py`)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.procs.python_execute",
+        url,
+        key,
+        version,
+        LONG,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
-        async with http, sdk_client(url, http, "legacy") as c:
-            try:
-                result = await asyncio.wait_for(
-                    c.call_tool("execute", {"code": LONG}), CLIENT_PATIENCE
-                )
-                outcome.append(structured(result))
-            except MCPError as exc:
-                error = exc.error
-                seconds = time.monotonic() - started
-                outcome.append(
-                    Lost("python 2025-11-25", error.code, error.message, error.data, seconds)
-                )
-    except BaseExceptionGroup:
-        # mcp 2.3.0 can fail its own teardown after a server died under one of its streams
-        # (see tests/support/mcp_calls.py); what the call ended with was kept before that.
-        if not outcome:
-            raise
-    return outcome[0]
+        out, err = await asyncio.wait_for(process.communicate(), CLIENT_PATIENCE)
+    except TimeoutError:
+        process.kill()
+        pytest.fail(f"the Python client's call ({version}) did not end")
+    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
+    assert lines, f"the Python client ({version}) printed nothing; stderr:\n{err.decode()}"
+    outcome = json.loads(lines[-1])
+    assert outcome["protocolVersion"] == version, outcome
+    if "answer" in outcome:
+        return dict(outcome["answer"])
+    error = outcome["error"]
+    return Lost(
+        f"python {version}", error["code"], error["message"], error["data"], outcome["seconds"]
+    )
 
 
 async def stateless_execute(url: str, key: str, idempotency_key: str) -> str:
@@ -176,11 +188,13 @@ def test_every_client_learns_what_became_of_an_execute_cut_off_by_a_sigkill(
 ) -> None:
     if deployment.database_url.startswith("postgresql") and outage != 10:
         pytest.skip("one outage on PostgreSQL: what the clients see does not hang on the database")
-    principals = ("typescript", "python-2025", "python-2026")
+    principals = ("typescript", *(f"python-{v}" for v in SESSION_VERSIONS), "python-2026")
     keys = {name: create_key_directly(deployment.database_url, name) for name in principals}
     idempotency_key = uuid.uuid4().hex
     port = free_port()
-    first = deployment.start_at(port, name="first")
+    # A sandbox worker for every client's code at once (the default is 4).
+    workers = {"LOCKGATE_SANDBOX_WORKERS": str(len(principals))}
+    first = deployment.start_at(port, name="first", **workers)
     url = first.url
 
     def running_of(db: Any) -> dict[str, str]:
@@ -193,7 +207,12 @@ def test_every_client_learns_what_became_of_an_execute_cut_off_by_a_sigkill(
     async def scenario() -> None:
         with database(deployment.database_url) as db:
             ts = asyncio.create_task(typescript_execute(url, keys["typescript"], ts_sdk))
-            py = asyncio.create_task(python_session_execute(url, keys["python-2025"]))
+            sessions = {
+                version: asyncio.create_task(
+                    python_session_execute(url, keys[f"python-{version}"], version)
+                )
+                for version in SESSION_VERSIONS
+            }
             stateless = asyncio.create_task(
                 stateless_execute(url, keys["python-2026"], idempotency_key)
             )
@@ -205,11 +224,12 @@ def test_every_client_learns_what_became_of_an_execute_cut_off_by_a_sigkill(
             down_since = time.monotonic()
             assert (await stateless).startswith("lost"), "the stateless call was answered"
             await asyncio.sleep(outage - (time.monotonic() - down_since))  # the outage
-            second = await asyncio.to_thread(deployment.start_at, port, name="second")
+            second = await asyncio.to_thread(deployment.start_at, port, name="second", **workers)
             assert second.url == url
 
             assert_reported(await ts, executions["typescript"])
-            assert_reported(await py, executions["python-2025"])
+            for version, client in sessions.items():
+                assert_reported(await client, executions[f"python-{version}"])
             again = await stateless_reissue(url, keys["python-2026"], idempotency_key)
             assert again["executionId"] == executions["python-2026"], again
             assert again["status"] == "completed" and again["result"] == LONG_TOTAL, again
