@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import pytest
 from sqlmodel import select
 
 from lockgate.machine.db.schema import Session
@@ -176,6 +177,47 @@ def test_a_delete_closes_the_session_whoever_holds_its_transport(
     run(scenario())
     assert session_status(runtime, "here") == "closed"
     assert session_status(runtime, "elsewhere") == "closed"
+
+
+def test_a_delete_that_cannot_win_its_write_is_503_and_the_session_stays_open(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every close attempt finds the session's own requests wrote first (staged: a request
+    begins and ends after each of the close's reads): the DELETE is answered 503 with
+    Retry-After and a message saying the session is still open, never a 200 that leaves it
+    live; the next DELETE, once the session is quiet, closes it."""
+    runtime = make_runtime()
+    opened(runtime, "busy")
+    read = runtime.sessions.get
+    touching: list[bool] = []
+
+    def read_then_touch(session_id: str) -> Any:
+        row = read(session_id)
+        if not touching:
+            touching.append(True)
+            runtime.sessions.begin_request(session_id)
+            runtime.sessions.end_request(session_id)
+            touching.clear()
+        return row
+
+    transport = Transport()
+
+    async def scenario() -> None:
+        gate = gate_for(runtime, transport, held=lambda session_id: False)
+        monkeypatch.setattr(runtime.sessions, "get", read_then_touch)
+        busy = await exchange(gate, scope("DELETE", session_id="busy"))
+        monkeypatch.undo()
+        assert busy.status == 503
+        assert busy.headers[b"retry-after"] == b"1"
+        error = busy.json()["error"]
+        assert "still open" in error["message"] and "DELETE again" in error["message"]
+        assert runtime.sessions.live("busy") is not None
+        quiet = await exchange(gate, scope("DELETE", session_id="busy"))
+        assert quiet.status == 200
+
+    run(scenario())
+    assert transport.scopes == []
+    assert session_status(runtime, "busy") == "closed"
 
 
 # -- GET: reports and resumption -------------------------------------------------------------
