@@ -17,6 +17,8 @@ import pytest
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.engine import AlreadyStarted
 from lockgate.machine.execution_errors import IdempotencyKeyReused
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.spec import CrashPoint
 from tests.support.engine_records import MakeRuntime
 from tests.support.servers import (
     MODES,
@@ -190,3 +192,29 @@ def test_the_same_key_with_other_code_names_the_execution(make_runtime: MakeRunt
         engine.begin("alice", "1 + 1", idempotency_key=key)
     # Another principal's identical call is its own execution.
     assert engine.begin("bob", "1 + 1", idempotency_key=key).id != first.id
+
+
+@pytest.mark.parametrize("moment", ["before_commit", "after_commit"])
+def test_a_retry_after_a_crash_at_the_start_attaches_or_starts_exactly_once(
+    make_runtime: MakeRuntime, moment: str
+) -> None:
+    """The process dies at the execution's start (its insert not yet committed, or just
+    committed) and the client re-issues the call on the next process: before the commit
+    the key is free and the retry starts the one execution; after it, the retry is
+    attached to the execution the crash left."""
+    key = fresh_key()
+    crash = CrashPoint.parse(f"execution:start:pending->running:{moment}")
+    dying = make_runtime(instance_name="dying", faults=Faults([crash]))
+    with pytest.raises(InjectedCrash):
+        dying.engine.begin("alice", "1 + 1", idempotency_key=key)
+    after = make_runtime(instance_name="after")
+    left = after.engine.store.executions.by_idempotency_key("alice", key)
+    if moment == "before_commit":
+        assert left is None
+        started = after.engine.begin("alice", "1 + 1", idempotency_key=key)
+        assert after.engine.carry_on(started).result == 2
+    else:
+        assert left is not None
+        with pytest.raises(AlreadyStarted) as attached:
+            after.engine.begin("alice", "1 + 1", idempotency_key=key)
+        assert attached.value.execution_id == left.id
