@@ -5,6 +5,8 @@
     .ci/mutation_score.py core|server|machine    one part of the full run
     .ci/mutation_score.py --report-only RUN      score the last run again
     .ci/mutation_score.py --resume RUN           go on with an interrupted run
+    .ci/mutation_score.py machine --modules M... one slice of a part (the machine part takes
+                                                 hours; a slice's results stand on their own)
 
 Each run gets its own directory, mutants/<run>/, holding a copy of pyproject.toml whose
 `[tool.mutmut] only_mutate` names just that run's modules (links to the sources, the tests
@@ -21,6 +23,7 @@ behave exactly as the original, one a line with its reason.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -108,6 +111,11 @@ MACHINE_TESTS = (
     "tests/test_generated_lifecycle.py",
     "tests/test_traces.py",
     "tests/test_replay_logs.py",
+    "tests/test_idempotent_execute.py",
+    "tests/test_approval_api.py",
+    "tests/test_approval_page.py",
+    "tests/test_cli.py",
+    "tests/test_server_runner.py",
     # Its child process inherits mutmut's MUTANT_UNDER_TEST but runs in a temporary folder
     # where mutmut finds no configuration; it tests that a snapshot moves between processes.
     "--deselect",
@@ -311,6 +319,16 @@ def report(found: dict[str, Score], held: tuple[str, ...]) -> bool:
     return ok and not missing
 
 
+def sliced(part: Part, modules: list[str]) -> Part:
+    """`part` mutating only `modules`, each of which it mutates in full."""
+    for module in modules:
+        inside = any(fnmatch.fnmatch(module, pattern) for pattern in part.only)
+        left_out = any(fnmatch.fnmatch(module, pattern) for pattern in part.excluded)
+        if not inside or left_out or not (ROOT / module).is_file():
+            sys.exit(f"--modules: {module} is not a module the {part.name} part mutates")
+    return part._replace(only=tuple(modules), excluded=())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", choices=sorted(RUNS))
@@ -320,8 +338,16 @@ def main() -> None:
         action="store_true",
         help="go on with an interrupted run: keep its directory and the results mutmut saved",
     )
+    parser.add_argument(
+        "--modules",
+        nargs="+",
+        metavar="MODULE",
+        help="mutate only these modules of the (one-part) run, e.g. machine/settings.py",
+    )
     args = parser.parse_args()
     plan = RUNS[args.run]
+    if args.modules:
+        plan = [sliced(part, args.modules) for part in plan]
     directories = [WORK / part.name for part in plan]
     if not args.report_only:
         for part, directory in zip(plan, directories, strict=True):
