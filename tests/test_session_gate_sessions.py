@@ -40,7 +40,7 @@ from tests.support.session_gate import (
     scope,
     sse_script,
 )
-from tests.support.sessions import PROTOCOL, opened, session_status
+from tests.support.sessions import PROTOCOL, close_always_loses, opened, session_status
 
 # -- initialize ----------------------------------------------------------------------------
 
@@ -188,23 +188,11 @@ def test_a_delete_that_cannot_win_its_write_is_503_and_the_session_stays_open(
     live; the next DELETE, once the session is quiet, closes it."""
     runtime = make_runtime()
     opened(runtime, "busy")
-    read = runtime.sessions.get
-    touching: list[bool] = []
-
-    def read_then_touch(session_id: str) -> Any:
-        row = read(session_id)
-        if not touching:
-            touching.append(True)
-            runtime.sessions.begin_request(session_id)
-            runtime.sessions.end_request(session_id)
-            touching.clear()
-        return row
-
     transport = Transport()
 
     async def scenario() -> None:
         gate = gate_for(runtime, transport, held=lambda session_id: False)
-        monkeypatch.setattr(runtime.sessions, "get", read_then_touch)
+        close_always_loses(runtime, monkeypatch, "busy")
         busy = await exchange(gate, scope("DELETE", session_id="busy"))
         monkeypatch.undo()
         assert busy.status == 503

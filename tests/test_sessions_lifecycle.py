@@ -21,7 +21,14 @@ from lockgate.machine.lost_report import request_key
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sessions import SessionBusy
 from lockgate.spec import CrashPoint
-from tests.support.sessions import PROTOCOL, FakeClock, opened, owed_status, session_status
+from tests.support.sessions import (
+    PROTOCOL,
+    FakeClock,
+    close_always_loses,
+    opened,
+    owed_status,
+    session_status,
+)
 
 MakeRuntime = Callable[..., Runtime]
 
@@ -285,19 +292,7 @@ def test_a_close_that_every_attempt_loses_says_so_instead_of_pretending(
 ) -> None:
     runtime = make_runtime()
     opened(runtime, "s")
-    read = runtime.sessions.get
-    touching: list[bool] = []
-
-    def read_then_touch(session_id: str) -> Any:
-        row = read(session_id)
-        if not touching:  # a write after every read of the close (not of the writes')
-            touching.append(True)
-            runtime.sessions.begin_request(session_id)
-            runtime.sessions.end_request(session_id)
-            touching.clear()
-        return row
-
-    monkeypatch.setattr(runtime.sessions, "get", read_then_touch)
+    close_always_loses(runtime, monkeypatch, "s")
     with pytest.raises(SessionBusy):
         runtime.sessions.close("s")
     monkeypatch.undo()

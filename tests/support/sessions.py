@@ -369,6 +369,25 @@ def opened(runtime: Runtime, session_id: str = "s", principal: str = "alice") ->
     runtime.sessions.end_request(session_id)
 
 
+def close_always_loses(runtime: Runtime, monkeypatch: pytest.MonkeyPatch, session_id: str) -> None:
+    """Stage a close that loses every attempt: after each of its reads of the session, a
+    request on it begins and ends (the writes' own reads are left alone), so the close's
+    write always finds the row moved. `monkeypatch.undo()` ends it."""
+    read = runtime.sessions.get
+    touching: list[bool] = []
+
+    def read_then_touch(wanted: str) -> Any:
+        row = read(wanted)
+        if not touching and wanted == session_id:
+            touching.append(True)
+            runtime.sessions.begin_request(wanted)
+            runtime.sessions.end_request(wanted)
+            touching.clear()
+        return row
+
+    monkeypatch.setattr(runtime.sessions, "get", read_then_touch)
+
+
 def session_status(runtime: Runtime, session_id: str = "s") -> str:
     row = runtime.sessions.get(session_id)
     assert row is not None
