@@ -34,7 +34,6 @@ from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
-    IdempotencyKeyReused,
     InvalidExecutionInput,
 )
 from lockgate.machine.execution_reads import ExecutionReads
@@ -54,14 +53,6 @@ from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import EXECUTION
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import ToolCallStatus as C
-
-
-class AlreadyStarted(Exception):
-    """`begin` found the execution its idempotency key already started: wait for that one."""
-
-    def __init__(self, execution_id: str) -> None:
-        super().__init__(execution_id)
-        self.execution_id = execution_id
 
 
 def _utcnow() -> datetime:
@@ -188,7 +179,7 @@ class Engine:
         `IdempotencyKeyReused` when it runs other code. Two racing calls with one key
         cannot both start one: the store's unique index refuses the second insert."""
         if idempotency_key is not None:
-            self.refuse_started(principal_id, code, idempotency_key)
+            self.reads.refuse_started(principal_id, code, idempotency_key)
         row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
         ex = record_of(row)
         try:
@@ -196,19 +187,9 @@ class Engine:
         except ConstraintViolation:
             if idempotency_key is None:
                 raise
-            self.refuse_started(principal_id, code, idempotency_key)
+            self.reads.refuse_started(principal_id, code, idempotency_key)
             raise
         return ex
-
-    def refuse_started(self, principal_id: str, code: str, key: str) -> None:
-        """Raise `AlreadyStarted` (or `IdempotencyKeyReused`) when `key` already started an
-        execution of the principal; return when it is free."""
-        row = self.store.executions.by_idempotency_key(principal_id, key)
-        if row is None:
-            return
-        if row.code != code:
-            raise IdempotencyKeyReused(execution_id=row.id)
-        raise AlreadyStarted(row.id)
 
     def carry_on(self, ex: ExecutionRecord) -> ExecutionView:
         """Run a claimed execution until it finishes or pauses."""

@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
-from lockgate.machine.execution_errors import ExecutionNotFound
+from lockgate.machine.execution_errors import ExecutionNotFound, IdempotencyKeyReused
 from lockgate.machine.views import ExecutionView, build_view
 from lockgate.spec import ExecutionStatus as E
+
+
+class AlreadyStarted(Exception):
+    """The idempotency key a call names already started this execution: wait for it (see
+    `Engine.begin`)."""
+
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(execution_id)
+        self.execution_id = execution_id
 
 
 class ExecutionReads:
@@ -44,3 +53,13 @@ class ExecutionReads:
         """The principal's executions waiting for a decision, on every instance (for the
         `max_paused_per_principal` admission limit)."""
         return self.store.executions.paused_count(principal_id)
+
+    def refuse_started(self, principal_id: str, code: str, key: str) -> None:
+        """Raise `AlreadyStarted` (or `IdempotencyKeyReused`, for other code) when `key`
+        already started an execution of the principal; return when it is free."""
+        row = self.store.executions.by_idempotency_key(principal_id, key)
+        if row is None:
+            return
+        if row.code != code:
+            raise IdempotencyKeyReused(execution_id=row.id)
+        raise AlreadyStarted(row.id)

@@ -30,8 +30,9 @@ from pydantic import JsonValue
 
 from lockgate.machine.db.store import StoreWrite
 from lockgate.machine.dispatcher import ExecutionRecord
-from lockgate.machine.engine import Action, AlreadyStarted
+from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import LimitReached
+from lockgate.machine.execution_reads import AlreadyStarted
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
 from lockgate.server.shapes import Running
@@ -223,7 +224,7 @@ class ExecutionRunner:
     ) -> ExecutionRecord:
         engine = self.runtime.engine
         if idempotency_key is not None:
-            engine.refuse_started(principal, code, idempotency_key)
+            engine.reads.refuse_started(principal, code, idempotency_key)
         self._admit_new(principal)
         return engine.begin(principal, code, session_id, origin, idempotency_key)
 

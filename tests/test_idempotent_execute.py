@@ -13,10 +13,14 @@ import threading
 import uuid
 
 import pytest
+from alembic.command import downgrade
+from sqlalchemy import inspect, text
 
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.migrate import alembic_config, upgrade
 from lockgate.machine.db.store import SqlStore
-from lockgate.machine.engine import AlreadyStarted
 from lockgate.machine.execution_errors import IdempotencyKeyReused
+from lockgate.machine.execution_reads import AlreadyStarted
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.spec import CrashPoint
 from tests.support.engine_records import MakeRuntime
@@ -218,3 +222,33 @@ def test_a_retry_after_a_crash_at_the_start_attaches_or_starts_exactly_once(
         with pytest.raises(AlreadyStarted) as attached:
             after.engine.begin("alice", "1 + 1", idempotency_key=key)
         assert attached.value.execution_id == left.id
+
+
+def test_migration_0008_goes_both_ways_under_history(
+    make_runtime: MakeRuntime, database_url: str
+) -> None:
+    """Down to 0007 and up again on a database whose executions have tool calls pointing at
+    them (on SQLite a rebuilt `executions` table cannot be dropped under those): the rows
+    stay, the key column goes and comes back empty, and keys work again."""
+    runtime = make_runtime()
+    done = runtime.engine.execute("alice", 'tools.notes.read(key="k")')
+    engine = open_engine(database_url)
+    try:
+        downgrade(alembic_config(engine), "0007")
+        with engine.connect() as conn:
+            assert "idempotency_key" not in {
+                c["name"] for c in inspect(conn).get_columns("executions")
+            }
+            calls = conn.execute(text("SELECT COUNT(*) FROM tool_calls")).scalar_one()
+        assert calls == 1
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    after = make_runtime(instance_name="after")
+    row = after.engine.store.executions.get(done.id)
+    assert row is not None and row.idempotency_key is None
+    key = fresh_key()
+    first = after.engine.begin("alice", "1", idempotency_key=key)
+    with pytest.raises(AlreadyStarted) as attached:
+        after.engine.begin("alice", "1", idempotency_key=key)
+    assert attached.value.execution_id == first.id

@@ -21,19 +21,24 @@ branch_labels = None
 depends_on = None
 
 
+# No batch mode: on SQLite it rebuilds the table (copy, drop, rename), and dropping
+# `executions` fails while tool calls and approval links point at its rows. An added
+# nullable column and an index need no rebuild on either database; SQLite (3.35+) drops a
+# column in place too.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("executions", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("idempotency_key", sa.String(length=128), nullable=True))
-        batch_op.create_index(
-            "ux_executions_idempotency_key",
-            ["principal_id", "idempotency_key"],
-            unique=True,
-            sqlite_where=sa.text("idempotency_key IS NOT NULL"),
-            postgresql_where=sa.text("idempotency_key IS NOT NULL"),
-        )
+    op.add_column("executions", sa.Column("idempotency_key", sa.String(length=128), nullable=True))
+    op.create_index(
+        "ux_executions_idempotency_key",
+        "executions",
+        ["principal_id", "idempotency_key"],
+        unique=True,
+        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("executions", schema=None) as batch_op:
-        batch_op.drop_index("ux_executions_idempotency_key")
-        batch_op.drop_column("idempotency_key")
+    op.drop_index("ux_executions_idempotency_key", table_name="executions")
+    op.execute("ALTER TABLE executions DROP COLUMN idempotency_key")
