@@ -92,6 +92,10 @@ class SessionClient:
             url = f"{self.client.server.url}/mcp"
             with httpx2.stream("POST", url, headers=self._headers(), json=message, timeout=90) as r:
                 if r.status_code == 404:
+                    # An answer too: the SDKs reject the pending call with it. (A POST that
+                    # passed the gate as a DELETE closed the session is answered 404 by the
+                    # terminated transport, and the ledger counts that id answered.)
+                    self.inbox.answer(request_id)
                     raise SessionGone()
                 for event_id, data in _events(r):
                     if isinstance(data, dict) and data.get("id") == request_id:
