@@ -39,8 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 EQUIVALENTS = ROOT / ".ci" / "equivalent_mutants.txt"
 GOAL = 90.0
-#: Copied (as links) into each run's directory: what the tests import and read.
-LINKED = ("machine", "server", "spec", "simulation", "tests")
+#: Copied (as links) into each run's directory: what the tests import and read (the CLI
+#: tests compare the README's settings table and the diagrams with what the code makes).
+LINKED = ("machine", "server", "spec", "simulation", "tests", "diagrams")
+LINKED_FILES = ("README.md",)
 #: The installed namespace, and the folders it holds (see [tool.setuptools] in pyproject).
 NAMESPACE = "lockgate"
 PACKAGES = ("machine", "server", "spec", "simulation")
@@ -221,6 +223,8 @@ def prepare(directory: Path, part: Part) -> None:
     directory.mkdir(parents=True)
     for name in LINKED:
         (directory / name).symlink_to(ROOT / name, target_is_directory=True)
+    for name in LINKED_FILES:
+        (directory / name).symlink_to(ROOT / name)
     # mutmut names and imports a mutant by its path: under lockgate/ it is the module the
     # tests import (lockgate.machine.write_path), found here before the installed one.
     (directory / NAMESPACE).mkdir()
