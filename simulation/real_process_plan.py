@@ -20,13 +20,19 @@ class Planned:
     scenarios: int
 
 
-#: Points a real process reaches only when a wall-clock interval happens to pass inside a
-#: short window: a heartbeat while the instance drains (the drain lasts about one heartbeat
-#: interval). A fault-free run may reach one and its crashed twin not, so armed there a run
-#: would fail for the clock's sake; the in-process sweep, on a fake clock, crashes them.
+#: Points a real process reaches only when a wall-clock interval happens to fall inside a
+#: short window. A heartbeat while the instance drains: the drain lasts about one heartbeat
+#: interval. A dead incarnation's session released from `active`: only if a request of it
+#: was still in flight at the moment of death. A fault-free run may reach one and its
+#: crashed twin not (both were seen), so armed there a run would fail for the clock's sake;
+#: the in-process sweep, on a fake clock, crashes them.
 TIMED = frozenset(
-    CrashPoint.parse(f"instance:heartbeat:draining->draining:{moment}")
+    CrashPoint.parse(name)
     for moment in ("before_commit", "after_commit")
+    for name in (
+        f"instance:heartbeat:draining->draining:{moment}",
+        f"session:release:active->idle:{moment}",
+    )
 )
 
 
