@@ -169,6 +169,7 @@ class Engine:
         session_id: str | None = None,
         origin_request: str | None = None,
         idempotency_key: str | None = None,
+        admit: Callable[[], None] = lambda: None,
     ) -> ExecutionRecord:
         """Store a new execution claimed by this instance in the same transaction (no other
         instance can take it in between). `carry_on` runs it. `origin_request` names the
@@ -177,9 +178,12 @@ class Engine:
         With `idempotency_key`, an execution the principal already started with that key
         is not started again: `AlreadyStarted` names it (the caller waits for it), or
         `IdempotencyKeyReused` when it runs other code. Two racing calls with one key
-        cannot both start one: the store's unique index refuses the second insert."""
+        cannot both start one: the store's unique index refuses the second insert.
+        `admit` (the caller's admission limits) runs after the key check: a repeat starts
+        nothing, so no limit refuses it."""
         if idempotency_key is not None:
             self.reads.refuse_started(principal_id, code, idempotency_key)
+        admit()
         row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
         ex = record_of(row)
         try:

@@ -29,7 +29,6 @@ from anyio import to_thread
 from pydantic import JsonValue
 
 from lockgate.machine.db.store import StoreWrite
-from lockgate.machine.dispatcher import ExecutionRecord
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import LimitReached
 from lockgate.machine.execution_reads import AlreadyStarted
@@ -204,7 +203,14 @@ class ExecutionRunner:
         self.in_flight.claim(principal)
         try:
             claimed = await to_thread.run_sync(
-                self._begin, principal, code, session_id, origin, idempotency_key
+                lambda: engine.begin(
+                    principal,
+                    code,
+                    session_id,
+                    origin,
+                    idempotency_key,
+                    admit=lambda: self._admit_new(principal),
+                )
             )
         except AlreadyStarted as started:
             self.in_flight.release(principal)
@@ -213,20 +219,6 @@ class ExecutionRunner:
             self.in_flight.release(principal)
             raise
         return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id, principal)
-
-    def _begin(
-        self,
-        principal: str,
-        code: str,
-        session_id: str | None,
-        origin: str | None,
-        idempotency_key: str | None,
-    ) -> ExecutionRecord:
-        engine = self.runtime.engine
-        if idempotency_key is not None:
-            engine.reads.refuse_started(principal, code, idempotency_key)
-        self._admit_new(principal)
-        return engine.begin(principal, code, session_id, origin, idempotency_key)
 
     async def resume(
         self,
