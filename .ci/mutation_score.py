@@ -119,6 +119,8 @@ MACHINE_TESTS = (
     "tests/test_cli.py",
     "tests/test_server_runner.py",
     "tests/test_api_keys.py",
+    "tests/test_approval_token_queries.py",
+    "tests/test_error_texts.py",
     # Its child process inherits mutmut's MUTANT_UNDER_TEST but runs in a temporary folder
     # where mutmut finds no configuration; it tests that a snapshot moves between processes.
     "--deselect",

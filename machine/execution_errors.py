@@ -42,8 +42,8 @@ class ExecutionAlreadySettled(LockgateError):
         super().__init__(
             f"Execution {execution_id!r} is not waiting for a decision ({detail}; it is "
             f"{status} now).",
-            hint="Fetch the execution to see its outcome, or wait for it to finish. "
-            + ("" if status == "running" else REEXECUTE),
+            hint="Fetch the execution to see its outcome, or wait for it to finish."
+            + ("" if status == "running" else f" {REEXECUTE}"),
         )
 
 

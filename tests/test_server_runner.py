@@ -199,3 +199,30 @@ def test_work_past_the_budget_counts_until_it_really_ends(
 def view_outcome(view: ExecutionView | Running) -> tuple[ExecutionStatus, JsonValue]:
     assert isinstance(view, ExecutionView), view
     return view.status, view.result
+
+
+def test_a_keyed_repeat_at_the_paused_limit_is_attached_not_refused(
+    make_runtime: MakeRuntime,
+) -> None:
+    """At the paused limit a new `execute` is refused, but the retry of one that already
+    started (same idempotency key, same code) starts nothing, so no limit applies: it is
+    answered with the paused execution it started."""
+    rt = make_runtime(wait_budget_secs=DEADLINE, max_paused_per_principal=1)
+    runner = ExecutionRunner(rt, workers=1)
+    answers: dict[str, ExecutionView | Running] = {}
+
+    async def scenario() -> None:
+        answers["first"] = await runner.execute("alice", WRITE, None, idempotency_key="k1")
+        with pytest.raises(LimitReached) as refused:
+            await runner.execute("alice", WRITE, None, idempotency_key="k2")
+        assert refused.value.setting == "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL"
+        answers["again"] = await runner.execute("alice", WRITE, None, idempotency_key="k1")
+        assert runner.in_flight.count("alice") == 0
+
+    assert run_watching_the_loop(runner, scenario) == []
+    first, again = answers["first"], answers["again"]
+    assert isinstance(first, ExecutionView) and isinstance(again, ExecutionView)
+    assert first.status is again.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    assert again.id == first.id
+    with rt.engine.store.session() as s:
+        assert len(s.exec(select(Execution)).all()) == 1, "the refused call stored nothing"

@@ -1,0 +1,200 @@
+"""What a client reads when acting on an execution or calling a tool goes wrong: every error's
+stable code, its message and its hint, exactly, in one table.
+
+A model sees only this text, so it is the interface: each message says what happened, each
+hint what to do next, with the ids and settings to do it. The HTTP tests
+(`test_server_bad_input.py`, `test_fairness.py`) show these reach the client unchanged; this
+table pins the words themselves, fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import JsonValue
+
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.execution_errors import (
+    ExecutionAlreadySettled,
+    ExecutionExpired,
+    ExecutionInterrupted,
+    ExecutionNotFound,
+    IdempotencyKeyReused,
+    LimitReached,
+)
+from lockgate.machine.tools.errors import InvalidArguments, UnknownTool
+
+REEXECUTE = "Run the code again with `execute` to start a new execution."
+
+CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
+    (
+        "an execution the key cannot see",
+        ExecutionNotFound(execution_id="e1"),
+        {
+            "code": "not_found",
+            "message": "No execution 'e1' exists for this API key.",
+            "hint": "Check the executionId (an execution is seen only by the principal whose "
+            f"key started it). {REEXECUTE}",
+        },
+    ),
+    (
+        "an execution past its approval deadline",
+        ExecutionExpired(execution_id="e1", deadline="2026-06-01T12:00:00Z"),
+        {
+            "code": "expired",
+            "message": "Execution 'e1' expired at 2026-06-01T12:00:00Z: no decision arrived "
+            "before its approval deadline, and the pending tool call was not made.",
+            "hint": REEXECUTE,
+        },
+    ),
+    (
+        "an expired execution whose deadline is not known",
+        ExecutionExpired(execution_id="e1", deadline=None),
+        {
+            "code": "expired",
+            "message": "Execution 'e1' expired: no decision arrived before its approval "
+            "deadline, and the pending tool call was not made.",
+            "hint": REEXECUTE,
+        },
+    ),
+    (
+        "a decision for an execution that is running on",
+        ExecutionAlreadySettled(execution_id="e1", status="running", detail="it is not paused"),
+        {
+            "code": "already_settled",
+            "message": "Execution 'e1' is not waiting for a decision (it is not paused; it is "
+            "running now).",
+            "hint": "Fetch the execution to see its outcome, or wait for it to finish.",
+        },
+    ),
+    (
+        "a decision for an execution that has ended",
+        ExecutionAlreadySettled(
+            execution_id="e1",
+            status="completed",
+            detail="a decision was already recorded (accept)",
+        ),
+        {
+            "code": "already_settled",
+            "message": "Execution 'e1' is not waiting for a decision (a decision was already "
+            "recorded (accept); it is completed now).",
+            "hint": "Fetch the execution to see its outcome, or wait for it to finish. "
+            + REEXECUTE,
+        },
+    ),
+    (
+        "an execution a crash interrupted with a call in doubt",
+        ExecutionInterrupted(
+            execution_id="e1", what_ran={"completed": ["notes.read"], "in_doubt": "notes.write"}
+        ),
+        {
+            "code": "interrupted",
+            "message": "Execution 'e1' was interrupted by a server crash at a point where "
+            "going on could have repeated a tool call; see what_ran for the calls that "
+            "completed and the call in doubt.",
+            "hint": "Check whether the call in doubt took effect before running the code again.",
+            "what_ran": {"completed": ["notes.read"], "in_doubt": "notes.write"},
+        },
+    ),
+    (
+        "an idempotency key sent again with other code",
+        IdempotencyKeyReused(execution_id="e1"),
+        {
+            "code": "idempotency_key_reused",
+            "message": "This idempotencyKey already started execution 'e1', with different "
+            "code; nothing was started.",
+            "hint": "To wait for that execution, call resume with executionId=e1. To run "
+            "this code, send it with a new idempotencyKey (or none).",
+        },
+    ),
+    (
+        "a principal at its running limit",
+        LimitReached.running(4),
+        {
+            "code": "limit_reached",
+            "message": "You already have 4 executions running on this server (the limit, "
+            "LOCKGATE_MAX_RUNNING_PER_PRINCIPAL). Nothing was started or decided.",
+            "hint": "Wait for one to finish (call resume with its executionId and no action) "
+            "and retry.",
+            "setting": "LOCKGATE_MAX_RUNNING_PER_PRINCIPAL",
+            "limit": 4,
+        },
+    ),
+    (
+        "a principal at its paused limit",
+        LimitReached.paused(2),
+        {
+            "code": "limit_reached",
+            "message": "You already have 2 executions waiting for approval (the limit, "
+            "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL). The code was not started.",
+            "hint": "Settle some of them first (call resume with their executionId and "
+            "action accept, decline or cancel, or let them expire) and retry.",
+            "setting": "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL",
+            "limit": 2,
+        },
+    ),
+    (
+        "a misspelt tool",
+        UnknownTool(
+            name="notes.writ",
+            suggestions=["notes.write", "notes.read"],
+            discovery_hint="Call describe_tools to list them.",
+        ),
+        {
+            "code": "unknown_tool",
+            "message": "there is no tool 'notes.writ'",
+            "hint": "Did you mean notes.write, notes.read? Call describe_tools to list them.",
+        },
+    ),
+    (
+        "a tool with no near name",
+        UnknownTool(name="x", suggestions=[], discovery_hint="Call describe_tools to list them."),
+        {
+            "code": "unknown_tool",
+            "message": "there is no tool 'x'",
+            "hint": "Call describe_tools to list them.",
+        },
+    ),
+    (
+        "arguments that do not fit the tool",
+        InvalidArguments(
+            tool="notes.write",
+            problems=["key: required", "text: must be a string"],
+            usage="notes.write(key: str, text: str)",
+        ),
+        {
+            "code": "invalid_arguments",
+            "message": "tools.notes.write: key: required; text: must be a string",
+            "hint": "notes.write(key: str, text: str)",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "error", "reads"), CASES, ids=[c[0] for c in CASES])
+def test_each_error_reads_as_written(
+    case: str, error: LockgateError, reads: dict[str, JsonValue]
+) -> None:
+    assert error.as_dict() == reads
+    # The exception's own text is the message (what a log or a traceback shows).
+    assert str(error) == reads["message"]
+
+
+def test_the_limits_name_what_an_operator_raises() -> None:
+    running, paused = LimitReached.running(3), LimitReached.paused(5)
+    assert (running.setting, running.limit) == ("LOCKGATE_MAX_RUNNING_PER_PRINCIPAL", 3)
+    assert (paused.setting, paused.limit) == ("LOCKGATE_MAX_PAUSED_PER_PRINCIPAL", 5)
+
+
+def test_errors_keep_the_ids_a_client_acts_on() -> None:
+    assert ExecutionNotFound(execution_id="e7").execution_id == "e7"
+    expired = ExecutionExpired(execution_id="e7", deadline="then")
+    assert (expired.execution_id, expired.deadline) == ("e7", "then")
+    settled = ExecutionAlreadySettled(execution_id="e7", status="failed", detail="d")
+    assert (settled.execution_id, settled.status) == ("e7", "failed")
+    interrupted = ExecutionInterrupted(execution_id="e7", what_ran=[1])
+    assert (interrupted.execution_id, interrupted.what_ran) == ("e7", [1])
+    assert IdempotencyKeyReused(execution_id="e7").execution_id == "e7"
+    unknown = UnknownTool(name="n", suggestions=["a"], discovery_hint="h")
+    assert (unknown.name, unknown.suggestions) == ("n", ("a",))
+    invalid = InvalidArguments(tool="t", problems=["p"], usage="u")
+    assert (invalid.tool, invalid.problems) == ("t", ("p",))
