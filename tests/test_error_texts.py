@@ -9,6 +9,8 @@ table pins the words themselves, fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from pydantic import JsonValue
 
@@ -25,10 +27,13 @@ from lockgate.machine.tools.errors import InvalidArguments, UnknownTool
 
 REEXECUTE = "Run the code again with `execute` to start a new execution."
 
-CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
+#: (what went wrong, how the error is made, what the client reads). Each error is made inside
+#: its test, not at import: mutation testing links a test to the code it runs, and code run
+#: while tests are collected is linked to none.
+CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
     (
         "an execution the key cannot see",
-        ExecutionNotFound(execution_id="e1"),
+        lambda: ExecutionNotFound(execution_id="e1"),
         {
             "code": "not_found",
             "message": "No execution 'e1' exists for this API key.",
@@ -38,7 +43,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "an execution past its approval deadline",
-        ExecutionExpired(execution_id="e1", deadline="2026-06-01T12:00:00Z"),
+        lambda: ExecutionExpired(execution_id="e1", deadline="2026-06-01T12:00:00Z"),
         {
             "code": "expired",
             "message": "Execution 'e1' expired at 2026-06-01T12:00:00Z: no decision arrived "
@@ -48,7 +53,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "an expired execution whose deadline is not known",
-        ExecutionExpired(execution_id="e1", deadline=None),
+        lambda: ExecutionExpired(execution_id="e1", deadline=None),
         {
             "code": "expired",
             "message": "Execution 'e1' expired: no decision arrived before its approval "
@@ -58,7 +63,9 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a decision for an execution that is running on",
-        ExecutionAlreadySettled(execution_id="e1", status="running", detail="it is not paused"),
+        lambda: ExecutionAlreadySettled(
+            execution_id="e1", status="running", detail="it is not paused"
+        ),
         {
             "code": "already_settled",
             "message": "Execution 'e1' is not waiting for a decision (it is not paused; it is "
@@ -68,7 +75,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a decision for an execution that has ended",
-        ExecutionAlreadySettled(
+        lambda: ExecutionAlreadySettled(
             execution_id="e1",
             status="completed",
             detail="a decision was already recorded (accept)",
@@ -83,7 +90,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "an execution a crash interrupted with a call in doubt",
-        ExecutionInterrupted(
+        lambda: ExecutionInterrupted(
             execution_id="e1", what_ran={"completed": ["notes.read"], "in_doubt": "notes.write"}
         ),
         {
@@ -97,7 +104,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "an idempotency key sent again with other code",
-        IdempotencyKeyReused(execution_id="e1"),
+        lambda: IdempotencyKeyReused(execution_id="e1"),
         {
             "code": "idempotency_key_reused",
             "message": "This idempotencyKey already started execution 'e1', with different "
@@ -108,7 +115,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a principal at its running limit",
-        LimitReached.running(4),
+        lambda: LimitReached.running(4),
         {
             "code": "limit_reached",
             "message": "You already have 4 executions running on this server (the limit, "
@@ -121,7 +128,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a principal at its paused limit",
-        LimitReached.paused(2),
+        lambda: LimitReached.paused(2),
         {
             "code": "limit_reached",
             "message": "You already have 2 executions waiting for approval (the limit, "
@@ -134,7 +141,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a misspelt tool",
-        UnknownTool(
+        lambda: UnknownTool(
             name="notes.writ",
             suggestions=["notes.write", "notes.read"],
             discovery_hint="Call describe_tools to list them.",
@@ -147,7 +154,9 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "a tool with no near name",
-        UnknownTool(name="x", suggestions=[], discovery_hint="Call describe_tools to list them."),
+        lambda: UnknownTool(
+            name="x", suggestions=[], discovery_hint="Call describe_tools to list them."
+        ),
         {
             "code": "unknown_tool",
             "message": "there is no tool 'x'",
@@ -156,7 +165,7 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
     ),
     (
         "arguments that do not fit the tool",
-        InvalidArguments(
+        lambda: InvalidArguments(
             tool="notes.write",
             problems=["key: required", "text: must be a string"],
             usage="notes.write(key: str, text: str)",
@@ -170,10 +179,11 @@ CASES: list[tuple[str, LockgateError, dict[str, JsonValue]]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "error", "reads"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("case", "make", "reads"), CASES, ids=[c[0] for c in CASES])
 def test_each_error_reads_as_written(
-    case: str, error: LockgateError, reads: dict[str, JsonValue]
+    case: str, make: Callable[[], LockgateError], reads: dict[str, JsonValue]
 ) -> None:
+    error = make()
     assert error.as_dict() == reads
     # The exception's own text is the message (what a log or a traceback shows).
     assert str(error) == reads["message"]
