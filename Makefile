@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace
+.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,16 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
-	$(BIN)/ruff check spec machine server simulation tests
+	$(BIN)/ruff check spec machine server simulation tests bench
+
+# The benchmark suite (bench/, several minutes): every case against its floor and its peer,
+# alternating, written to bench/results.json and bench/RESULTS.md. `bench-smoke` is the
+# tiny run .ci/run makes, into a temporary folder.
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+bench-smoke: $(STAMP)
+	$(BIN)/python -m bench --smoke
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

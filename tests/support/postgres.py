@@ -32,8 +32,11 @@ def find_bin_dir() -> Path | None:
 
 
 class PostgresServer:
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
+        """`durable`: commits really reach the disk (the benchmarks); the tests run with
+        fsync off, which changes no behaviour they check."""
         self.bin_dir = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="lockgate-pg-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -69,7 +72,8 @@ class PostgresServer:
             "-t",
             "60",
             "-o",
-            f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off",
+            f"-h 127.0.0.1 -p {self.port} -k {self.root}"
+            + ("" if self.durable else " -c fsync=off"),
             "start",
         )
         deadline = time.monotonic() + 30

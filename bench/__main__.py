@@ -1,0 +1,121 @@
+"""`python -m bench`: run the suite, both sides of every case in the same invocation, and
+write `bench/results.json` and `bench/RESULTS.md`.
+
+    .venv/bin/python -m bench            # the full run (make bench)
+    .venv/bin/python -m bench --smoke    # a tiny run into a temporary folder (.ci/run)
+
+Each database gets its own child process (DBOS is one per process): SQLite in a file on
+this disk, PostgreSQL on a throwaway server started here from the system's packages
+(skipped, and said so, where none is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.counting import count
+from bench.machine import describe
+from bench.report import render
+from bench.simulator import simulator_throughput
+
+HERE = Path(__file__).resolve().parent
+
+
+def timing(database_url: str, workdir: Path, ns: list[int], reps: int, *, monty: bool) -> object:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.timing",
+        database_url,
+        str(workdir),
+        "--ns",
+        ",".join(map(str, ns)),
+        "--reps",
+        str(reps),
+    ]
+    if monty:
+        command.append("--monty")
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"timing on {database_url.split(':')[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def counts(database_url: str, workdir: Path, ns: list[int]) -> list[dict[str, object]]:
+    sides = ("bare_commit", "lockgate_reads", "lockgate_writes", "dbos")
+    return [count(side, database_url, workdir, n) for n in ns for side in sides]
+
+
+def run_on(kind: str, url: str, workdir: Path, *, ns: list[int], reps: int) -> dict[str, object]:
+    started = time.monotonic()
+    out: dict[str, object] = {
+        "timing": timing(url, workdir, ns, reps, monty=kind == "sqlite"),
+        "counts": counts(
+            url if kind != "sqlite" else f"sqlite:///{workdir}/count.db", workdir, ns[:2]
+        ),
+    }
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out
+
+
+def postgres_url() -> tuple[object, str] | None:
+    """A fresh database on a throwaway PostgreSQL server, or None where none is installed."""
+    from tests.support.postgres import PostgresServer, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        return None
+    from lockgate.machine.db.connect import open_engine
+    from lockgate.machine.db.migrate import upgrade
+
+    server = PostgresServer(bin_dir, durable=True)
+    server.start()
+    url = server.url(server.create_database())
+    engine = open_engine(url)
+    upgrade(engine)  # as `lockgate db upgrade` does before a PostgreSQL server starts
+    engine.dispose()
+    return server, url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--smoke", action="store_true", help="a tiny run (CI): N=1,2, once")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--out", type=Path, help="folder for results.json and RESULTS.md")
+    args = parser.parse_args()
+    ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
+    out_dir: Path = args.out or (
+        Path(tempfile.mkdtemp(prefix="lockgate-bench-")) if args.smoke else HERE
+    )
+    results: dict[str, object] = {"machine": describe(), "ns": ns, "reps": reps}
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-", dir="/var/tmp") as tmp:
+        work = Path(tmp)
+        (work / "sqlite").mkdir()
+        results["sqlite"] = run_on("sqlite", "sqlite:///unused", work / "sqlite", ns=ns, reps=reps)
+        pg = postgres_url()
+        if pg is None:
+            results["postgresql"] = None
+        else:
+            server, url = pg
+            (work / "postgresql").mkdir()
+            try:
+                results["postgresql"] = run_on(
+                    "postgresql", url, work / "postgresql", ns=ns, reps=reps
+                )
+            finally:
+                server.stop()  # type: ignore[attr-defined]
+        results["simulator"] = simulator_throughput(smoke=args.smoke)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out_dir / "RESULTS.md").write_text(render(results))
+    print(f"bench: wrote {out_dir / 'results.json'} and {out_dir / 'RESULTS.md'}")
+
+
+if __name__ == "__main__":
+    main()
