@@ -171,3 +171,16 @@ def test_purge_deletes_only_links_expired_before_the_bound(store: SqlStore) -> N
     assert store.approval_tokens.purge(bound) == 2
     assert sorted(links(store)) == ["at_bound", "live"]
     assert store.approval_tokens.purge(bound) == 0
+
+
+def test_retiring_a_row_that_no_longer_holds_the_name_leaves_the_holder_alone(
+    store: SqlStore,
+) -> None:
+    """Two answers both saw `t1` as the link and each retires it for a fresh row: the first
+    hands out `t2`; the second's retire names `t1`, which no longer holds the name, so `t2`
+    keeps it and the second answer is given `t2` (one link, however the answers interleave)."""
+    store.approval_tokens.hand_out(token("t1"))
+    store.approval_tokens.hand_out(token("t2"), retire="t1")
+    got = store.approval_tokens.hand_out(token("t3"), retire="t1")
+    assert got.id == "t2"
+    assert links(store) == {"t1": None, "t2": LINK}

@@ -204,3 +204,44 @@ def test_a_stale_recovery_never_touches_a_live_instances_call(make_runtime: Make
     [_, second] = sorted(calls_of(b, stale.id), key=lambda call: call.seq)
     assert second.status == ToolCallStatus.DISPATCHED
     assert row_of(b, stale.id).owner == b.lease.id
+
+
+#: A call that fails (no such note), caught by the code, then a call that succeeds.
+FAIL_THEN_LIST = """
+try:
+    tools.notes.read(key="missing")
+except Exception as e:
+    caught = [type(e).__name__, str(e)]
+tools.notes.list()
+caught
+"""
+
+
+def test_a_failed_call_replayed_from_the_journal_raises_what_it_raised_live(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Replaying the journal after a crash answers a failed call with the same exception the
+    code caught the first time: the code cannot tell a replay from the live run."""
+    live = make_runtime(instance_name="live", checkpoint_every_call=False)
+    expected = live.engine.execute("alice", FAIL_THEN_LIST)
+    assert expected.status is ExecutionStatus.COMPLETED
+    assert expected.result == [
+        "RuntimeError",
+        "tools.notes.read failed: there is no note 'missing'; tools.notes.list() shows the keys",
+    ]
+
+    point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
+    first = make_runtime(faults=Faults([point]), checkpoint_every_call=False)
+    with pytest.raises(InjectedCrash):
+        first.engine.execute("bob", FAIL_THEN_LIST)
+    rt = restart(make_runtime, checkpoint_every_call=False)
+    assert rt.boot_report is not None
+    [execution_id] = rt.boot_report.requeued
+    replayed = rt.engine.view(execution_id)
+    assert replayed.status is ExecutionStatus.COMPLETED
+    assert replayed.result == expected.result
+    # Neither call was made again: both were answered from the journal.
+    assert [c.status for c in calls_of(rt, execution_id)] == [
+        ToolCallStatus.FAILED,
+        ToolCallStatus.SUCCEEDED,
+    ]

@@ -23,6 +23,8 @@ from lockgate.machine.execution_errors import (
     IdempotencyKeyReused,
     LimitReached,
 )
+from lockgate.machine.policy import InvalidPolicy, ToolBlocked
+from lockgate.machine.secrets import MissingSecret
 from lockgate.machine.tools.errors import InvalidArguments, UnknownTool
 
 REEXECUTE = "Run the code again with `execute` to start a new execution."
@@ -176,6 +178,35 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "hint": "notes.write(key: str, text: str)",
         },
     ),
+    (
+        "a tool the policy blocks",
+        lambda: ToolBlocked(tool="notes.delete"),
+        {
+            "code": "blocked",
+            "message": "tools.notes.delete is blocked by policy and was not called",
+            "hint": "Use another tool, or ask an operator to change the tool policy.",
+        },
+    ),
+    (
+        "a policy an operator wrote wrong",
+        lambda: InvalidPolicy("bad rule 'x'"),
+        {
+            "code": "invalid_input",
+            "message": "bad rule 'x'",
+            "hint": "Write rules as pattern=decision separated by commas, with patterns '*', "
+            "'source.*' or 'source.name' (without the 'tools.' prefix) and decisions approve, "
+            "require_approval, block; for example 'notes.*=approve,notes.delete=block'.",
+        },
+    ),
+    (
+        "secrets a tool needs that are not configured",
+        lambda: MissingSecret(["a", "b"]),
+        {
+            "code": "not_found",
+            "message": "secrets 'a', 'b' not configured",
+            "hint": "Configure the secret in the server's secret store and try again.",
+        },
+    ),
 ]
 
 
@@ -206,5 +237,6 @@ def test_errors_keep_the_ids_a_client_acts_on() -> None:
     assert IdempotencyKeyReused(execution_id="e7").execution_id == "e7"
     unknown = UnknownTool(name="n", suggestions=["a"], discovery_hint="h")
     assert (unknown.name, unknown.suggestions) == ("n", ("a",))
+    assert ToolBlocked(tool="t").tool == "t"
     invalid = InvalidArguments(tool="t", problems=["p"], usage="u")
     assert (invalid.tool, invalid.problems) == ("t", ("p",))

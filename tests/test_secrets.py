@@ -20,6 +20,7 @@ OTHER = "hunter2hunter2"
 def test_environment_variable_names() -> None:
     assert environment_variable("notes_token") == "LOCKGATE_SECRET_NOTES_TOKEN"
     assert environment_variable("github-token", "X_") == "X_GITHUB_TOKEN"
+    assert environment_variable("GitHub.Token") == "LOCKGATE_SECRET_GITHUB_TOKEN"
 
 
 def test_environment_secrets_are_read_at_resolve_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +50,10 @@ def test_environment_secrets_custom_prefix_and_mapping() -> None:
     store = EnvironmentSecrets(prefix="APP_", environ={"APP_API_KEY": OTHER})
     assert store.resolve(["api_key"]) == {"api_key": OTHER}
     assert "APP_" in repr(store)
+    with pytest.raises(MissingSecret) as caught:
+        store.resolve(["api_key", "mail-key", "Other.Key"])
+    # The hint names the variables to set, under this store's prefix.
+    assert caught.value.hint == "Set the environment variable(s) APP_MAIL_KEY, APP_OTHER_KEY."
 
 
 def test_static_secrets() -> None:

@@ -92,6 +92,7 @@ def test_to_json_falls_back_to_repr_and_never_raises() -> None:
 def test_unorderable_sets_are_sorted_by_their_json() -> None:
     out = to_json({"b", 1, (2, "a")})
     assert out == sorted(out, key=json.dumps)  # type: ignore[arg-type]
+    assert out == ["b", 1, [2, "a"]]  # each item converted (the tuple to a list)
     assert to_json({"b", 1, (2, "a")}) == out
 
 
