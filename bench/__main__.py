@@ -88,7 +88,13 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a tiny run (CI): N=1,2, once")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--out", type=Path, help="folder for results.json and RESULTS.md")
+    parser.add_argument(
+        "--render", action="store_true", help="rewrite RESULTS.md from results.json"
+    )
     args = parser.parse_args()
+    if args.render:
+        (HERE / "RESULTS.md").write_text(render(json.loads((HERE / "results.json").read_text())))
+        return
     ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
     out_dir: Path = args.out or (
         Path(tempfile.mkdtemp(prefix="lockgate-bench-")) if args.smoke else HERE

@@ -65,6 +65,39 @@ def _counts_table(db: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _per_call(db: dict[str, Any], side: str) -> float | None:
+    """Commits each further call adds, from the two counted N (None with fewer)."""
+    rows = {int(c["n"]): int(c["commits"]) for c in db["counts"] if c["side"] == side}
+    if len(rows) < 2:
+        return None
+    (n1, c1), (n2, c2) = sorted(rows.items())[:2]
+    return (c2 - c1) / (n2 - n1)
+
+
+def _gaps(db: dict[str, Any], big: int) -> list[str]:
+    """How far each per-call goal is, and the cause the counts show."""
+    t, key = db["timing"], str(big)
+    read_cpu = median_ms(t["lockgate_reads"][key], big, 1)
+    read_commits = _per_call(db, "lockgate_reads")
+    write_commits = _per_call(db, "lockgate_writes")
+    lines = [
+        f"- A read costs {_fmt(read_cpu)} ms of host CPU (goal 1 ms: "
+        f"{read_cpu:.1f}x over)"
+        + (
+            f" and {read_commits:g} commits (goal 0: it can ride with the next durable one)"
+            if read_commits is not None
+            else ""
+        )
+        + ".",
+    ]
+    if write_commits is not None:
+        lines.append(
+            f"- An approved write takes {write_commits:g} commits (goal 2: intent before "
+            "the effect, its result riding with the next)."
+        )
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     m, ns = results["machine"], results["ns"]
     big = ns[-1]
@@ -99,6 +132,8 @@ def render(results: dict[str, Any]) -> str:
             f"{_fmt(dbos)} ms per DBOS step, **{dbos / mixed:.2f}x** DBOS's speed "
             "(goal: at least 2x). Goals per call: a read at most 1 ms of host time, a "
             "write at most 2x one bare commit per commit it needs.",
+            "",
+            *_gaps(db, big),
             "",
             f"## 4. Commits and fsyncs per execution, {title}",
             "",
