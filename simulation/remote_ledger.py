@@ -73,9 +73,17 @@ def session_closed(client: RemoteClient) -> None:
         other.open()
     busy = threading.Thread(target=_quietly(lambda: other.call("o-1", compute_code(500_000))))
     busy.start()
+    # The DELETE goes once the request is owed, so that it really is in flight: sent at
+    # once, it could reach the server first, and the request would then never be owed.
+    wait(client, lambda: _owed_in(client, other.session_id, "o-1"), "the request to be owed")
     status = other.close()
     busy.join()
     expect(status in (200, 404), f"DELETE with a request in flight answered {status}")
+
+
+def _owed_in(client: RemoteClient, session_id: str | None, request_id: str) -> bool:
+    owed = AuditQueries(client.deployment.db).owed_requests()
+    return any(r.session_id == session_id and str(r.request_id) == request_id for r in owed)
 
 
 def _quietly(work: Callable[[], object]) -> Callable[[], None]:
