@@ -34,6 +34,7 @@ from lockgate.machine.db.store import SqlStore
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.server.keys import ApiKeys
 from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
+from lockgate.simulation.held import RELEASE_ENV
 from lockgate.simulation.invariants import CallLists, Violation, calls_made, check_all, history
 from lockgate.simulation.ports import free_port
 from lockgate.simulation.scenarios import Scenario, ScenarioFailed
@@ -156,6 +157,8 @@ class Deployment:
         self.database_url = self.database_url or f"sqlite:///{self.workdir / 'lockgate.db'}"
         self.evidence = self.workdir / "evidence.log"
         self.log = self.workdir / "server.log"
+        #: Created by a scenario to let `tools.held.wait()` return (simulation/held.py).
+        self.release = self.workdir / "release"
         self.db = open_engine(self.database_url)
         upgrade(self.db)
         self.key = ApiKeys(SqlStore(self.db)).create("sim").secret
@@ -166,6 +169,7 @@ class Deployment:
             **os.environ,
             "DATABASE_URL": self.database_url,
             "LOCKGATE_NOTES_DIR": str(self.workdir / "notes"),
+            RELEASE_ENV: str(self.release),
             "LOCKGATE_SECRET_NOTES_TOKEN": CANARY,
             f"LOCKGATE_SECRET_{CANARY_TOKEN.upper()}": CANARY,
             "LOCKGATE_INSTANCE_NAME": name,

@@ -1,5 +1,6 @@
 """`lockgate serve` with the canary tool source (simulation/canary.py) next to the notes tools:
-the server the real-process simulation and the secret tests run.
+the server the real-process simulation and the secret tests run, with the `held` tool
+(simulation/held.py) that stays in flight until the harness releases it.
 
     python -m simulation.serve [--host H] [--port P]
 
@@ -18,6 +19,7 @@ import typer
 
 from lockgate.server.cli import run_server
 from lockgate.simulation.canary import CanarySource
+from lockgate.simulation.held import HeldSource
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        run_server(args.host, args.port, extra_sources=[CanarySource()])
+        run_server(args.host, args.port, extra_sources=[CanarySource(), HeldSource()])
     except typer.Exit as stopped:  # a refused configuration: its message is already printed
         return stopped.exit_code
     return 0
