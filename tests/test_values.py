@@ -162,3 +162,8 @@ def test_limit_text() -> None:
     assert math.isclose(
         len(limit_text("x" * 100, 10)), 10 + len("\n… [truncated: 90 more characters]")
     )
+
+
+def test_an_orderable_set_of_tuples_converts_each_tuple() -> None:
+    assert to_json({(3, 4), (1, 2)}) == [[1, 2], [3, 4]]
+    assert to_json(frozenset({("b",), ("a",)})) == [["a"], ["b"]]
