@@ -87,6 +87,12 @@ def test_longer_secret_containing_a_shorter_one_is_replaced_whole() -> None:
     assert redactor.redact_text("1 xxabcdxx 2 abcd") == f"1 {REDACTED} 2 {REDACTED}"
 
 
+def test_a_secret_that_starts_another_leaves_no_tail_of_the_longer() -> None:
+    # Both match at the same place: only the longer tried first hides all of it.
+    for values in (["abcd", "abcdTAIL"], ["abcdTAIL", "abcd"]):
+        assert Redactor(values).redact_text("k=abcdTAIL;") == f"k={REDACTED};"
+
+
 def test_regex_characters_in_secrets_are_literal() -> None:
     redactor = Redactor(["a.b*c+(d)"])
     assert redactor.redact_text("a.b*c+(d) aXbbbc+d") == f"{REDACTED} aXbbbc+d"
