@@ -1,6 +1,7 @@
 """What a tool is given when the engine calls it, and what the code gets back when it fails:
 the execution's principal and its call's key in the context, a missing secret's message, and
-an unexpected exception's type, never its message, in the result and in the log."""
+an unexpected exception's type, never its message, in the result and in the log; a positional
+argument refused before anything is journaled; a pause that records its own call."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from collections.abc import Sequence
 import pytest
 from pydantic import JsonValue
 
+from lockgate.machine.engine import Action
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.registry import Tool, ToolContext, ToolSpec
 from lockgate.spec import ExecutionStatus
-from tests.support.engine_records import MakeRuntime
+from tests.support.engine_records import WRITE_THEN_READ, MakeRuntime, restart
 
 #: What each tool saw of its context, by tool name.
 Seen = dict[str, ToolContext]
@@ -89,3 +91,31 @@ def test_an_unexpected_exception_reaches_the_code_and_the_log_as_its_type_only(
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "tool probe.crash raised KeyError" in warnings
     assert "private" not in caplog.text
+
+
+def test_a_positional_argument_is_refused_with_the_rule(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    code = 'try:\n    tools.notes.read("k")\nexcept TypeError as e:\n    got = str(e)\ngot'
+    done = rt.engine.execute("alice", code)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert isinstance(done.result, str)
+    assert "got 1 positional argument(s)" in done.result, done.result
+    assert done.calls == []  # nothing was requested that could run: no journal row
+
+
+def test_a_pause_without_per_call_checkpoints_still_names_its_call_and_resumes(
+    make_runtime: MakeRuntime,
+) -> None:
+    # With checkpoint_every_call off, the checkpoint before a call keeps the old snapshot:
+    # only the pause itself records which call the saved state waits on.
+    rt = make_runtime(checkpoint_every_call=False)
+    code = 'print("before")\n' + WRITE_THEN_READ
+    paused = rt.engine.execute("alice", code)
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    assert paused.pending is not None and paused.pending.seq == 1
+    assert paused.pending.tool == "notes.write"
+    later = restart(make_runtime, checkpoint_every_call=False)
+    done = later.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == {"key": "k", "text": "v"}
+    assert done.logs == "before\n"
