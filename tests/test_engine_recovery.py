@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlmodel import select
+from sqlmodel import Session, select
 
-from lockgate.machine.db.schema import TransitionLog
+from lockgate.machine.db.schema import ToolCall, TransitionLog
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import Conflict
 from lockgate.machine.execution_errors import ExecutionInterrupted
@@ -157,6 +157,34 @@ def test_without_checkpoints_the_journal_is_replayed(make_runtime: MakeRuntime) 
     view = rt.engine.view(execution_id)
     assert view.status is ExecutionStatus.COMPLETED and view.result == "ok"
     assert len(notes_of(rt).effects()) == 2  # both calls replayed from the journal
+
+
+def test_a_replay_that_asks_for_another_tool_than_the_journal_fails_the_code(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The journal's call 1 is made to name another tool (as a journal written by other code
+    # would): the replay must not hand notes.list the journal's result for notes.read.
+    point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
+    first = make_runtime(faults=Faults([point], skip=1), checkpoint_every_call=False)
+    code = "a = tools.notes.list()\nb = tools.notes.list()\n'ok'"
+    with pytest.raises(InjectedCrash):
+        first.engine.execute("alice", code)
+    with Session(first.engine.store.engine) as session:
+        [call] = session.exec(select(ToolCall).where(ToolCall.seq == 1)).all()
+        call.tool = "notes.read"
+        session.add(call)
+        session.commit()
+    rt = restart(make_runtime, checkpoint_every_call=False)
+    assert rt.boot_report is not None
+    [execution_id] = rt.boot_report.requeued
+    view = rt.engine.view(execution_id)
+    assert view.status is ExecutionStatus.FAILED
+    assert view.error is not None
+    assert (
+        "replaying after a restart, call 1 asked for tools.notes.list but the journal "
+        "recorded tools.notes.read: the code is not deterministic"
+    ) in str(view.error), view.error
+    assert len(notes_of(rt).effects()) == 2  # nothing was called again
 
 
 def test_recovery_is_idempotent_and_leaves_live_instances_alone(
