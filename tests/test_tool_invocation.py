@@ -6,6 +6,7 @@ argument refused before anything is journaled; a pause that records its own call
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import pytest
 from pydantic import JsonValue
@@ -119,3 +120,24 @@ def test_a_pause_without_per_call_checkpoints_still_names_its_call_and_resumes(
     assert done.status is ExecutionStatus.COMPLETED, done.error
     assert done.result == {"key": "k", "text": "v"}
     assert done.logs == "before\n"
+
+
+def test_every_sandbox_step_is_counted_against_the_executions_principal(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fair share of sandbox workers is kept per principal: a resume counted against
+    # nobody would let one principal's long loops take every worker.
+    rt = make_runtime()
+    slots = rt.sandbox.slots
+    counted: list[str] = []
+    acquire = slots.acquire
+
+    def recording(principal: str) -> AbstractContextManager[None]:
+        counted.append(principal)
+        return acquire(principal)
+
+    monkeypatch.setattr(slots, "acquire", recording)
+    paused = rt.engine.execute("alice", "tools.notes.list()\n" + WRITE_THEN_READ)
+    rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert len(counted) == 4  # the start, and a resume after each of the three calls
+    assert set(counted) == {"alice"}
