@@ -67,7 +67,7 @@ def test_a_tool_is_given_the_executions_principal(make_runtime: MakeRuntime) -> 
     done = rt.engine.execute("alice", "tools.probe.look()")
     assert done.status is ExecutionStatus.COMPLETED, done.error
     assert seen["look"].principal_id == "alice"
-    assert seen["look"].idempotency_key  # the call's id, stable across a replay
+    assert seen["look"].idempotency_key == f"{done.id}:1"  # the call's id: same on a replay
 
 
 def test_a_missing_secret_fails_the_call_with_its_name_before_the_tool_runs(
