@@ -93,6 +93,11 @@ class _Dispatched:
 #: `PermissionError` or `Exception`).
 REFUSED = "PermissionError"
 
+#: What an approval shows of a call's arguments (the page, the API, the paused answer): the
+#: arguments themselves up to this size, else the start of their JSON text. The full
+#: arguments are journaled whatever their size; only what a person reads is cut.
+ARGUMENTS_PREVIEW_BYTES = 4096
+
 
 class HandBack(Exception):
     """Raised inside a drive, at a step boundary, once this instance hands its work back."""
@@ -152,7 +157,7 @@ class Dispatcher:
             status=C.REQUESTED.value,
             idempotent=tool.spec.idempotent,
             arguments=arguments,
-            arguments_preview=limit_size(arguments, 4096),
+            arguments_preview=limit_size(arguments, ARGUMENTS_PREVIEW_BYTES),
             created_at=now,
             updated_at=now,
         )

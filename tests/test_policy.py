@@ -130,6 +130,8 @@ def test_from_text_empty_means_no_rules(text: str) -> None:
     [
         ("notes.*", "has no '='"),
         ("notes.*=maybe", "unknown decision 'maybe' (expected one of approve, require_approval"),
+        # The first '=' splits: a second one is part of the decision, and so refused.
+        ("notes.*=approve=block", "unknown decision 'approve=block'"),
         ("notes=approve", "pattern 'notes' is not one of"),
         ("tools.notes.*=approve", "must not start with 'tools.'"),
         ("=approve", "pattern '' is not one of"),

@@ -11,11 +11,14 @@ from contextlib import AbstractContextManager
 import pytest
 from pydantic import JsonValue
 
+from lockgate.machine.dispatcher import ARGUMENTS_PREVIEW_BYTES
 from lockgate.machine.engine import Action
+from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.registry import Tool, ToolContext, ToolSpec
-from lockgate.spec import ExecutionStatus
-from tests.support.engine_records import WRITE_THEN_READ, MakeRuntime, restart
+from lockgate.machine.values import json_size
+from lockgate.spec import CrashPoint, ExecutionStatus
+from tests.support.engine_records import WRITE_THEN_READ, MakeRuntime, restart, writes
 
 #: What each tool saw of its context, by tool name.
 Seen = dict[str, ToolContext]
@@ -141,3 +144,55 @@ def test_every_sandbox_step_is_counted_against_the_executions_principal(
     rt.engine.resume(paused.id, "alice", Action.ACCEPT)
     assert len(counted) == 4  # the start, and a resume after each of the three calls
     assert set(counted) == {"alice"}
+
+
+def _write_of(size: int) -> str:
+    """Code whose paused write's arguments are exactly `size` bytes of compact JSON."""
+    overhead = len('{"key":"k","text":""}')
+    return f'tools.notes.write(key="k", text="{"x" * (size - overhead)}")\ntools.notes.read(key="k")'
+
+
+def test_an_approval_shows_the_arguments_whole_up_to_the_preview_limit(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    at_limit = rt.engine.execute("alice", _write_of(ARGUMENTS_PREVIEW_BYTES))
+    assert at_limit.pending is not None
+    assert json_size(at_limit.pending.arguments_preview) == ARGUMENTS_PREVIEW_BYTES
+    assert at_limit.pending.arguments_preview == {
+        "key": "k",
+        "text": "x" * (ARGUMENTS_PREVIEW_BYTES - len('{"key":"k","text":""}')),
+    }
+    past = rt.engine.execute("alice", _write_of(ARGUMENTS_PREVIEW_BYTES + 1))
+    assert past.pending is not None
+    preview = past.pending.arguments_preview
+    assert isinstance(preview, dict) and preview["truncated"] is True
+    assert preview["original_bytes"] == ARGUMENTS_PREVIEW_BYTES + 1
+    assert json_size(preview) <= ARGUMENTS_PREVIEW_BYTES
+    # The call itself still gets every byte once approved.
+    done = rt.engine.resume(past.id, "alice", Action.ACCEPT)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == {
+        "key": "k",
+        "text": "x" * (ARGUMENTS_PREVIEW_BYTES + 1 - len('{"key":"k","text":""}')),
+    }
+
+
+def test_a_crash_after_a_resume_without_per_call_checkpoints_replays_from_the_pause(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Without per-call checkpoints the saved state is the pause's, waiting on call 1; a
+    # later call must not claim it (recovery would hand call 2's result to call 1).
+    rt = make_runtime(checkpoint_every_call=False)
+    code = 'w = tools.notes.write(key="k", text="v")\nr = tools.notes.read(key="k")\n[w, r]'
+    paused = rt.engine.execute("alice", code)
+    assert paused.pending is not None and paused.pending.seq == 1
+    point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
+    crashing = restart(make_runtime, faults=Faults([point], skip=1), checkpoint_every_call=False)
+    with pytest.raises(InjectedCrash):
+        crashing.engine.resume(paused.id, "alice", Action.ACCEPT)
+    later = restart(make_runtime, checkpoint_every_call=False)
+    done = later.engine.view(paused.id)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == [{"key": "k", "written": True}, {"key": "k", "text": "v"}]
+    assert len(writes(later)) == 1  # the approved write was not made again

@@ -6,7 +6,7 @@ import json
 import math
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from enum import Enum, IntEnum
+from enum import Enum, IntEnum, StrEnum
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +15,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.values import (
     BYTES_KEY,
+    MAX_DEPTH,
     MIN_LIMIT_BYTES,
     json_size,
     limit_size,
@@ -33,6 +34,17 @@ class Color(Enum):
 
 class Level(IntEnum):
     HIGH = 3
+
+
+class Mode(StrEnum):
+    FAST = "fast"
+
+
+class Shouting(str):
+    """A str subclass whose own __str__ says something else: the plain value is what counts."""
+
+    def __str__(self) -> str:
+        return "SHOUTING"
 
 
 class BadRepr:
@@ -73,6 +85,8 @@ class BadRepr:
             },
         ),
         (Level.HIGH, 3),
+        (Mode.FAST, "fast"),
+        (Shouting("quiet"), "quiet"),
         (ValueError("x"), "ValueError('x')"),
     ],
 )
@@ -110,6 +124,24 @@ def test_cycles_and_deep_nesting_are_cut() -> None:
     assert to_json([shared, shared]) == [[1], [1]]
 
 
+def nested(levels: int, inner: object) -> object:
+    value = inner
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_nesting_is_cut_exactly_past_max_depth() -> None:
+    # MAX_DEPTH containers convert whole; the one below them becomes the marker.
+    assert to_json(nested(MAX_DEPTH, 1)) == nested(MAX_DEPTH, 1)
+    assert to_json(nested(MAX_DEPTH + 1, 1)) == nested(MAX_DEPTH, "<nested too deeply>")
+    # Inside a dict the depth counts the same way.
+    assert to_json({"a": nested(MAX_DEPTH - 1, 1)}) == {"a": nested(MAX_DEPTH - 1, 1)}
+    assert to_json({"a": nested(MAX_DEPTH, 1)}) == {
+        "a": nested(MAX_DEPTH - 1, "<nested too deeply>")
+    }
+
+
 def test_limit_size_keeps_small_values() -> None:
     value: JsonValue = {"a": [1, 2, 3]}
     assert limit_size(value, MIN_LIMIT_BYTES) is value
@@ -126,7 +158,14 @@ def test_limit_size_marker_fits(filler: str) -> None:
         assert out["original_bytes"] == size
         assert json_size(out) <= max_bytes
         assert compact(value).startswith(str(out["preview"]))
-        assert f"exceeded {max_bytes} bytes" in str(out["note"])
+        assert out["note"] == (
+            f"result exceeded {max_bytes} bytes; the preview is the start of its JSON "
+            "text, cut to fit"
+        )
+        # The preview is the longest that fits: one more character would not.
+        preview = str(out["preview"])
+        longer = {**out, "preview": compact(value)[: len(preview) + 1]}
+        assert json_size(longer) > max_bytes
     assert len(str(limit_size(value, 4096)["preview"])) > 0  # type: ignore[index,call-overload]
 
 
@@ -158,6 +197,7 @@ def test_limit_size_always_within_the_limit(value: JsonValue, max_bytes: int) ->
 
 def test_limit_text() -> None:
     assert limit_text("short", 10) == "short"
+    assert limit_text("exact", 5) == "exact"  # at the limit: nothing cut, no marker
     assert limit_text("abcdef", 4) == "abcd\n… [truncated: 2 more characters]"
     assert math.isclose(
         len(limit_text("x" * 100, 10)), 10 + len("\n… [truncated: 90 more characters]")
