@@ -21,20 +21,11 @@ from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolS
 SOURCE = "canary"
 TOKEN_SECRET = "canary_token"
 
-_NO_ARGUMENTS: dict[str, JsonValue] = {
-    "type": "object",
-    "properties": {},
-    "required": [],
-    "additionalProperties": False,
-}
-
-
 def _spec(name: str, description: str, returns: str) -> ToolSpec:
     return ToolSpec(
         source=SOURCE,
         name=name,
         description=description,
-        parameters=dict(_NO_ARGUMENTS),
         returns=returns,
         idempotent=True,
         default_policy=PolicyDecision.APPROVE,

@@ -34,7 +34,6 @@ WAIT = ToolSpec(
     source=SOURCE,
     name="wait",
     description="Returns once the harness releases it (its release file exists).",
-    parameters={"type": "object", "properties": {}, "required": [], "additionalProperties": False},
     returns="str",
     idempotent=True,
     default_policy=PolicyDecision.APPROVE,
