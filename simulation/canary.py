@@ -21,6 +21,7 @@ from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolS
 SOURCE = "canary"
 TOKEN_SECRET = "canary_token"
 
+
 def _spec(name: str, description: str, returns: str) -> ToolSpec:
     return ToolSpec(
         source=SOURCE,

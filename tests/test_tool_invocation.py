@@ -149,7 +149,8 @@ def test_every_sandbox_step_is_counted_against_the_executions_principal(
 def _write_of(size: int) -> str:
     """Code whose paused write's arguments are exactly `size` bytes of compact JSON."""
     overhead = len('{"key":"k","text":""}')
-    return f'tools.notes.write(key="k", text="{"x" * (size - overhead)}")\ntools.notes.read(key="k")'
+    text = "x" * (size - overhead)
+    return f'tools.notes.write(key="k", text="{text}")\ntools.notes.read(key="k")'
 
 
 def test_an_approval_shows_the_arguments_whole_up_to_the_preview_limit(
