@@ -122,6 +122,7 @@ MACHINE_TESTS = (
     "tests/test_approval_token_queries.py",
     "tests/test_error_texts.py",
     "tests/test_tool_invocation.py",
+    "tests/test_engine_failures.py",
     # Its child process inherits mutmut's MUTANT_UNDER_TEST but runs in a temporary folder
     # where mutmut finds no configuration; it tests that a snapshot moves between processes.
     "--deselect",

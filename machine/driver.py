@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from pydantic import JsonValue
 
+from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.dispatcher import (
     Dispatcher,
@@ -51,6 +52,9 @@ log = logging.getLogger("lockgate.engine")
 
 #: What a drive begins with: the first sandbox step (None: already paused) and its cursor.
 FirstStep = Callable[[], tuple[SandboxStep | None, int]]
+#: Recovery's verdict on one execution whose owner cannot go on with it (requeue it, or
+#: interrupt it naming the call in doubt); `Recovery.recover_execution`.
+Abandon = Callable[[Execution], object]
 
 
 class Driver:
@@ -64,6 +68,7 @@ class Driver:
         settings: Settings,
         owner: str,
         handing_back: threading.Event,
+        abandon: Abandon,
     ) -> None:
         self.store, self.write, self.sandbox = store, write, sandbox
         self.dispatcher, self.settings = dispatcher, settings
@@ -72,6 +77,8 @@ class Driver:
         #: Set when this instance drains: every execution it drives goes back to the queue
         #: at its next step (sandbox step or dispatch) instead of going on.
         self.handing_back = handing_back
+        #: What becomes of an execution that fails here with a call in flight.
+        self.abandon = abandon
         #: How many drives are under way here (the drain waits for them, within its bound).
         self._driving = 0
         self._driven = threading.Condition()
@@ -171,8 +178,19 @@ class Driver:
             self._fail_internally(ex, exc)
 
     def _fail_internally(self, ex: ExecutionRecord, exc: Exception) -> None:
+        """End an execution this instance cannot go on with, the way the spec ends it: its
+        latest call settled first (the composition lets an execution fail only then)."""
         current = self.store.executions.get(ex.id)
         if current is None or current.status != E.RUNNING or current.owner != self.owner:
+            return
+        latest = self.store.tool_calls.latest(ex.id)
+        if latest is not None and latest.status == C.DISPATCHED:
+            # A call is in flight and its outcome was not recorded (the failure came between
+            # its dispatch and its result): whether its effect happened is unknown, exactly
+            # as if this instance had died here, so recovery's verdict applies: go on from
+            # the checkpoint when calling it again is safe, or end interrupted, naming it.
+            with contextlib.suppress(Conflict, GuardRefused):
+                self.abandon(current)
             return
         error: JsonValue
         if isinstance(exc, RuntimeMismatch | SnapshotCorrupt):
@@ -183,9 +201,14 @@ class Driver:
                 "message": "The server failed while running "
                 "this execution; it was stopped. Run the code again.",
             }
-        record = record_of(current)
+        steps = []
+        if latest is not None and latest.status in (C.REQUESTED, C.APPROVED):
+            # Never sent, and now never will be.
+            ended = {"execution_ended": True}
+            steps.append(Step(record_of(latest), "withdraw_on_crash", ended))
+        steps.append(Step(record_of(current), "fail", {"outcome": {"error": error}}))
         with contextlib.suppress(Conflict, GuardRefused):
-            self.write.apply(Step(record, "fail", {"outcome": {"error": error}}))
+            self.write.apply(*steps)
 
     def _logs(self, ex: ExecutionRecord, new: str) -> str:
         joined = (ex.typed.logs or "") + new

@@ -28,7 +28,7 @@ from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore, StoreWrite
 from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
-from lockgate.machine.driver import Driver
+from lockgate.machine.driver import Abandon, Driver
 from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
 from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
@@ -71,6 +71,7 @@ class Engine:
         secrets: SecretStore,
         settings: Settings,
         owner: str,
+        abandon: Abandon,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.store = store
@@ -107,6 +108,7 @@ class Engine:
             settings=settings,
             owner=owner,
             handing_back=self.handing_back,
+            abandon=abandon,
         )
 
     def get(self, execution_id: str, principal_id: str) -> ExecutionView:

@@ -105,6 +105,7 @@ class Runtime:
             store, write, name=default_instance_name(settings), ttl=settings.lease_ttl, clock=clock
         )
         lease.register()
+        recovery = Recovery(store=store, write=write, lease=lease, clock=clock)
         engine = Engine(
             store=store,
             write=write,
@@ -114,9 +115,10 @@ class Runtime:
             secrets=secrets or EnvironmentSecrets(),
             settings=settings,
             owner=lease.id,
+            # An execution that fails here with a call in flight gets recovery's verdict.
+            abandon=recovery.recover_execution,
             clock=clock,
         )
-        recovery = Recovery(store=store, write=write, lease=lease, clock=clock)
         ledger = Ledger(
             store=store, write=write, lease=lease, clock=clock, recover_executions=recovery.run
         )
