@@ -1,0 +1,172 @@
+"""The engine when two actors reach one execution at once, in process, on SQLite and
+PostgreSQL, staged with gates at write-path points (never with timing): a cancel that loses
+to a decision, a claim that loses to another instance, and a stalled instance whose
+execution failed under it after another instance took it over."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from lockgate.machine.db.schema import Execution
+from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionAlreadySettled
+from lockgate.machine.faults import Faults
+from lockgate.machine.views import ExecutionView
+from lockgate.machine.write_path import Step
+from lockgate.spec import CrashPoint, ExecutionStatus
+from tests.support.engine_records import WRITE_THEN_READ, Clock, MakeRuntime, notes_of, row_of
+
+
+class InThread:
+    """`work` on a thread of its own; `result()` joins it and returns or re-raises."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self._box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                self._box["value"] = work()
+            except BaseException as exc:  # handed to the test's thread
+                self._box["error"] = exc
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the thread never finished"
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
+
+
+def test_a_cancel_that_loses_to_a_cancel_decision_is_given_that_outcome(
+    make_runtime: MakeRuntime,
+) -> None:
+    faults = Faults()
+    rt = make_runtime(faults=faults)
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
+    gate = faults.gate(
+        CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
+    )
+    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"))
+    assert gate.wait_until_held()
+    # Meanwhile the person cancels the call on the approval page: the code does not catch it.
+    decided = rt.engine.resume(paused.id, "alice", Action.CANCEL)
+    assert decided.status is ExecutionStatus.FAILED
+    gate.open()
+    # The same decision, already taken: the cancel is told what it led to, not refused.
+    view: ExecutionView = cancelling.result()
+    assert (view.id, view.status, view.error) == (decided.id, decided.status, decided.error)
+
+
+def test_a_cancel_that_loses_to_an_approval_is_refused_naming_the_execution(
+    make_runtime: MakeRuntime,
+) -> None:
+    faults = Faults()
+    rt = make_runtime(faults=faults)
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
+    gate = faults.gate(
+        CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
+    )
+    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"))
+    assert gate.wait_until_held()
+    assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
+    gate.open()
+    with pytest.raises(ExecutionAlreadySettled) as info:
+        cancelling.result()
+    assert (info.value.execution_id, info.value.status) == (paused.id, "completed")
+    assert "a decision was already recorded (accept)" in info.value.message
+
+
+def test_cancelling_a_finished_execution_names_it_and_what_can_be_cancelled(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    done = rt.engine.execute("alice", "1")
+    with pytest.raises(ExecutionAlreadySettled) as info:
+        rt.engine.cancel(done.id, "alice")
+    assert (info.value.execution_id, info.value.status) == (done.id, "completed")
+    assert info.value.message == (
+        f"Execution {done.id!r} is not waiting for a decision (only a pending or paused "
+        "execution can be cancelled; it is completed now)."
+    )
+
+
+def test_run_claims_only_a_pending_execution_and_says_whether_it_did(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    assert rt.engine.run("no-such-execution") is False
+    done = rt.engine.execute("alice", "1")
+    assert rt.engine.run(done.id) is False
+    assert row_of(rt, done.id).status == ExecutionStatus.COMPLETED
+    queued = rt.engine.submit("alice", "2", session_id="s1")
+    assert rt.engine.live_counts(session_id="s1") == {"running": 1, "paused": 0}
+    assert rt.engine.run(queued) is True
+    assert rt.engine.view(queued).result == 2
+
+
+def test_a_draining_instance_claims_nothing(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    queued = rt.engine.submit("alice", "2")
+    rt.engine.hand_back_all()
+    assert rt.engine.run(queued) is False
+    assert rt.engine.run_pending() == 0
+    assert row_of(rt, queued).status == ExecutionStatus.PENDING
+
+
+def test_a_claim_read_before_another_instance_took_it_loses_and_runs_nothing(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = make_runtime(), make_runtime()
+    queued = a.engine.submit("alice", "tools.notes.list()\n'a'")
+    stale: Execution = row_of(b, queued)  # b reads it pending...
+    assert a.engine.run(queued) is True  # ...and a claims and runs it meanwhile
+    monkeypatch.setattr(b.engine.store.executions, "get", lambda execution_id: stale)
+    assert b.engine.run(queued) is False
+    assert len(notes_of(b).effects()) == 1  # a's list, never b's
+
+
+def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_alone(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    b_faults = Faults()
+    a = make_runtime(clock=clock)
+    b = make_runtime(clock=clock, faults=b_faults)
+    # a stalls before storing a read's result, then its database fails it.
+    stalled, release = threading.Event(), threading.Event()
+    real = a.engine.write.apply
+
+    def apply(*steps: Step, **options: Any) -> Any:
+        if any(s.record.machine == "tool_call" and s.event == "succeed" for s in steps):
+            stalled.set()
+            assert release.wait(60)
+            raise OperationalError("UPDATE tool_calls", {}, Exception("server closed"))
+        return real(*steps, **options)
+
+    monkeypatch.setattr(a.engine.write, "apply", apply)
+    running = InThread(lambda: a.engine.execute("alice", "tools.notes.list()\n'done'"))
+    assert stalled.wait(60)
+    # a's lease lapses; b declares it dead, requeues the execution and claims it.
+    clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
+    b.lease.heartbeat()
+    [execution_id] = b.maintain().requeued
+    claimed = b_faults.gate(CrashPoint.parse("execution:start:pending->running:after_commit"))
+    b_runs = InThread(b.engine.run_pending)
+    assert claimed.wait_until_held()
+    release.set()  # a wakes up to its failure while b owns the execution
+    running.result()
+    row = row_of(b, execution_id)
+    assert (row.status, row.owner) == (ExecutionStatus.RUNNING, b.lease.id)
+    claimed.open()
+    assert b_runs.result() == 1
+    view = b.engine.view(execution_id)
+    assert view.status is ExecutionStatus.COMPLETED and view.result == "done"
