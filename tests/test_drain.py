@@ -15,6 +15,7 @@ tool that blocks on an event), other processes by polling with a deadline.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -143,7 +144,7 @@ def test_a_step_that_ends_before_the_stop_keeps_its_outcome() -> None:
 
 
 def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
-    make_runtime: MakeRuntime,
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Code between two tool calls is stopped; the execution goes back to pending from its
     checkpoint at the first call, whose result the next owner replays from the journal."""
@@ -157,9 +158,12 @@ def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
     wait_for(lambda: calls_of(first, ex.id) == [(1, C.SUCCEEDED)], "the first call to succeed")
     wait_running(first.sandbox)
 
-    first.drain()
-    joined(thread, failures)
+    with caplog.at_level(logging.INFO, logger="lockgate.engine"):
+        first.drain()
+        joined(thread, failures)
     first.close()
+    handed_back = f"execution {ex.id} handed back: it goes on from its last checkpoint"
+    assert handed_back in caplog.messages
 
     # Had the drain waited for the code, the loop would have ended and the execution would
     # be completed: its status and events, not a stopwatch, show that it was handed back.
