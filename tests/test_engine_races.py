@@ -21,6 +21,8 @@ from lockgate.machine.views import ExecutionView
 from lockgate.machine.write_path import Step
 from lockgate.spec import CrashPoint, ExecutionStatus
 from tests.support.engine_records import WRITE_THEN_READ, Clock, MakeRuntime, notes_of, row_of
+from tests.support.engine_records import writes as writes_of
+from tests.support.gate_tool import Gate, GateSource
 
 
 class InThread:
@@ -170,3 +172,63 @@ def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_a
     assert b_runs.result() == 1
     view = b.engine.view(execution_id)
     assert view.status is ExecutionStatus.COMPLETED and view.result == "done"
+
+
+RESUME_ACCEPT_GATE = "tool_call:approve:awaiting_approval->approved:before_commit"
+
+
+def test_a_decision_that_loses_its_race_is_told_which_decision_won(
+    make_runtime: MakeRuntime,
+) -> None:
+    faults = Faults()
+    rt = make_runtime(faults=faults)
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
+    gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
+    accepting = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT))
+    assert gate.wait_until_held()
+    declined = rt.engine.resume(paused.id, "alice", Action.DECLINE)
+    gate.open()
+    with pytest.raises(ExecutionAlreadySettled) as info:
+        accepting.result()
+    assert (info.value.execution_id, info.value.status) == (paused.id, declined.status)
+    assert "a decision was already recorded (decline)" in info.value.message
+    assert writes_of(rt) == []
+
+
+class UsedUp:
+    """A write committed with a decision (as an approval link is used up by it); this one
+    writes nothing, it only makes the decision one that carries a write."""
+
+    def write(self, session: Any) -> None:
+        pass
+
+
+def test_a_link_whose_decision_lost_to_the_same_decision_is_still_refused(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The same decision, taken meanwhile by another door: the link's own write was rolled
+    back with its decision, so the link is told it decided nothing rather than shown the
+    outcome as its own."""
+    faults = Faults()
+    rt = make_runtime(faults=faults)
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
+    gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
+    link = UsedUp()
+    by_link = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT, writes=[link]))
+    assert gate.wait_until_held()
+    assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
+    gate.open()
+    with pytest.raises(ExecutionAlreadySettled, match=r"already recorded \(accept\)"):
+        by_link.result()
+    assert len(writes_of(rt)) == 1
+
+
+def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntime) -> None:
+    held = Gate()
+    rt = make_runtime(sources=[GateSource(held)])
+    running = InThread(lambda: rt.engine.execute("alice", "tools.gate.hold()"))
+    assert held.entered.wait(60)
+    waiting = InThread(lambda: rt.engine.wait_idle(60))
+    held.opened.set()
+    assert waiting.result() is True
+    assert running.result().result == "opened"
