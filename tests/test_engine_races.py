@@ -232,3 +232,37 @@ def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntim
     held.opened.set()
     assert waiting.result() is True
     assert running.result().result == "opened"
+
+
+@pytest.mark.parametrize(
+    ("fails_at", "losing_write"), [("dispatch", "fail"), ("succeed", "requeue")]
+)
+def test_a_failure_whose_own_ending_loses_to_recovery_leaves_recovery_s_verdict(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, fails_at: str, losing_write: str
+) -> None:
+    """The database fails a's call (before it is sent, or before its result is stored); as
+    a ends the execution, b, which declared a dead meanwhile, has already recovered it: a's
+    ending conflicts and is dropped, and b's verdict stands."""
+    clock = Clock()
+    a = make_runtime(clock=clock)
+    b = make_runtime(clock=clock)
+    real = a.engine.write.apply
+    taken_over: list[str] = []
+
+    def apply(*steps: Step, **options: Any) -> Any:
+        events = {s.event for s in steps}
+        if fails_at in events:
+            raise OperationalError("UPDATE tool_calls", {}, Exception("server closed"))
+        if losing_write in events and not taken_over:
+            clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
+            b.lease.heartbeat()
+            taken_over.extend(b.maintain().requeued)
+        return real(*steps, **options)
+
+    monkeypatch.setattr(a.engine.write, "apply", apply)
+    first = a.engine.execute("alice", "len(tools.notes.list())")
+    assert taken_over == [first.id]
+    assert first.status is ExecutionStatus.PENDING  # b's requeue, not a's ending
+    assert b.engine.run_pending() == 1
+    view = b.engine.view(first.id)
+    assert view.status is ExecutionStatus.COMPLETED and view.result == 0
