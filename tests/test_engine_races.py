@@ -229,9 +229,31 @@ def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntim
     running = InThread(lambda: rt.engine.execute("alice", "tools.gate.hold()"))
     assert held.entered.wait(60)
     waiting = InThread(lambda: rt.engine.wait_idle(60))
+    # Within a bound too short for it, the answer is that something still runs.
+    assert rt.engine.wait_idle(0.01) is False
     held.opened.set()
     assert waiting.result() is True
     assert running.result().result == "opened"
+    assert rt.engine.wait_idle(0) is True
+
+
+def test_two_sweeps_expiring_one_pause_expire_it_once(make_runtime: MakeRuntime) -> None:
+    clock = Clock()
+    faults = Faults()
+    a = make_runtime(clock=clock, faults=faults)
+    b = make_runtime(clock=clock)
+    paused = a.engine.execute("alice", WRITE_THEN_READ)
+    clock.advance(a.settings.approval_ttl)
+    gate = faults.gate(
+        CrashPoint.parse("tool_call:expire:awaiting_approval->expired:before_commit")
+    )
+    sweeping = InThread(a.engine.expire_due)
+    assert gate.wait_until_held()
+    assert b.engine.expire_due() == 1
+    gate.open()
+    # a's write lost to b's: a finds it expired (and counts it), and raises nothing.
+    assert sweeping.result() == 1
+    assert row_of(a, paused.id).status == ExecutionStatus.EXPIRED
 
 
 @pytest.mark.parametrize(
