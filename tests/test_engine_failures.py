@@ -180,6 +180,7 @@ def test_an_unexpected_failure_fails_only_its_execution_with_a_next_step(
         "the code again.",
     }
     assert f"execution {execution_id} failed unexpectedly" in caplog.text
+    assert f"execution {execution_id}: checkpoint names a missing call 7" in caplog.text
     assert rt.engine.execute("alice", "2").result == 2
 
 

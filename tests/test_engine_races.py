@@ -229,7 +229,10 @@ def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntim
     running = InThread(lambda: rt.engine.execute("alice", "tools.gate.hold()"))
     assert held.entered.wait(60)
     waiting = InThread(lambda: rt.engine.wait_idle(60))
-    # Within a bound too short for it, the answer is that something still runs.
+    # Within a bound too short for it, the answer is that something still runs, also
+    # after another drive began and ended meanwhile.
+    assert rt.engine.wait_idle(0.01) is False
+    assert rt.engine.execute("bob", "1").result == 1
     assert rt.engine.wait_idle(0.01) is False
     held.opened.set()
     assert waiting.result() is True
@@ -288,3 +291,13 @@ def test_a_failure_whose_own_ending_loses_to_recovery_leaves_recovery_s_verdict(
     assert b.engine.run_pending() == 1
     view = b.engine.view(first.id)
     assert view.status is ExecutionStatus.COMPLETED and view.result == 0
+
+
+def test_one_round_of_pending_work_claims_at_most_fifty(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    queued = [rt.engine.submit("alice", "1") for _ in range(51)]
+    assert rt.engine.run_pending() == 50
+    assert rt.engine.run_pending(limit=5) == 1
+    assert {rt.engine.view(execution_id).status for execution_id in queued} == {
+        ExecutionStatus.COMPLETED
+    }
