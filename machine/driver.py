@@ -96,7 +96,7 @@ class Driver:
         self.drive(ex, lambda: self.first_step(ex))
         return True
 
-    def run_pending(self, limit: int = 50) -> int:
+    def run_pending(self, limit: int) -> int:
         """Claim and run pending executions (new, or requeued by recovery)."""
         ids = self.store.executions.pending_ids(limit)
         return sum(1 for execution_id in ids if self.run(execution_id))
