@@ -7,6 +7,9 @@
     .ci/mutation_score.py --resume RUN           go on with an interrupted run
     .ci/mutation_score.py machine --modules M... one slice of a part (the machine part takes
                                                  hours; a slice's results stand on their own)
+    .ci/mutation_score.py RUN --mutants FILE     check only the mutants FILE names (one a line,
+                                                 `*` patterns allowed): survivors again after
+                                                 new tests, or what an interrupted run left
 
 Each run gets its own directory, mutants/<run>/, holding a copy of pyproject.toml whose
 `[tool.mutmut] only_mutate` names just that run's modules (links to the sources, the tests
@@ -274,11 +277,12 @@ def prepare(directory: Path, part: Part) -> None:
     (directory / "pyproject.toml").write_text(scoped, "utf-8")
 
 
-def run_mutmut(directory: Path) -> None:
+def run_mutmut(directory: Path, names: list[str]) -> None:
     mutmut = Path(sys.executable).with_name("mutmut")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    command = [str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)]
-    print(f"$ (cd {directory.relative_to(ROOT)} && {' '.join(command[1:])})", flush=True)
+    command = [str(mutmut), "run", "--max-children", str(os.cpu_count() or 2), *names]
+    shown = command[1:4] + ([f"<{len(names)} mutants>"] if names else [])
+    print(f"$ (cd {directory.relative_to(ROOT)} && {' '.join(shown)})", flush=True)
     # mutmut draws a spinner on the terminal; CI logs only need its last lines.
     done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
     tail = (done.stdout + done.stderr).replace("\r", "\n").splitlines()
@@ -358,6 +362,12 @@ def main() -> None:
         help="go on with an interrupted run: keep its directory and the results mutmut saved",
     )
     parser.add_argument(
+        "--mutants",
+        type=Path,
+        metavar="FILE",
+        help="check only the mutants this file names, one a line (`*` patterns allowed)",
+    )
+    parser.add_argument(
         "--modules",
         nargs="+",
         metavar="MODULE",
@@ -368,13 +378,19 @@ def main() -> None:
     if args.modules:
         plan = [sliced(part, args.modules) for part in plan]
     directories = [WORK / part.name for part in plan]
+    names: list[str] = []
+    if args.mutants is not None:
+        if not args.mutants.is_file():
+            sys.exit(f"--mutants: {args.mutants} is not a file")
+        lines = args.mutants.read_text("utf-8").splitlines()
+        names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     if not args.report_only:
         for part, directory in zip(plan, directories, strict=True):
             # mutmut checks only the mutants without a result, so a resumed run starts where
             # the interrupted one stopped (a run of the machine part takes hours).
             if not (args.resume and (directory / "pyproject.toml").exists()):
                 prepare(directory, part)
-            run_mutmut(directory)
+            run_mutmut(directory, names)
     held = tuple(m for m in GOAL_MODULES if any(m in part.only for part in plan))
     if not report(scores(directories), held):
         sys.exit(f"mutation score under the goal of {GOAL:g}% killed")
