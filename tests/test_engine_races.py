@@ -26,9 +26,13 @@ from tests.support.gate_tool import Gate, GateSource
 
 
 class InThread:
-    """`work` on a thread of its own; `result()` joins it and returns or re-raises."""
+    """`work` on a thread of its own; `result()` joins it and returns or re-raises.
 
-    def __init__(self, work: Callable[[], Any]) -> None:
+    `on_end` runs when the work ends, however it ends: it releases whatever the test waits
+    on for this thread (a gate's `give_up`, an event's `set`), so a thread that fails before
+    it gets there fails the test at once instead of after the wait's bound."""
+
+    def __init__(self, work: Callable[[], Any], on_end: Callable[[], Any] = lambda: None) -> None:
         self._box: dict[str, Any] = {}
 
         def run() -> None:
@@ -36,6 +40,8 @@ class InThread:
                 self._box["value"] = work()
             except BaseException as exc:  # handed to the test's thread
                 self._box["error"] = exc
+            finally:
+                on_end()
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
@@ -57,7 +63,7 @@ def test_a_cancel_that_loses_to_a_cancel_decision_is_given_that_outcome(
     gate = faults.gate(
         CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
     )
-    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"))
+    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"), gate.give_up)
     assert gate.wait_until_held()
     # Meanwhile the person cancels the call on the approval page: the code does not catch it.
     decided = rt.engine.resume(paused.id, "alice", Action.CANCEL)
@@ -77,7 +83,7 @@ def test_a_cancel_that_loses_to_an_approval_is_refused_naming_the_execution(
     gate = faults.gate(
         CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
     )
-    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"))
+    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"), gate.give_up)
     assert gate.wait_until_held()
     assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
     gate.open()
@@ -155,14 +161,14 @@ def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_a
         return real(*steps, **options)
 
     monkeypatch.setattr(a.engine.write, "apply", apply)
-    running = InThread(lambda: a.engine.execute("alice", "tools.notes.list()\n'done'"))
+    running = InThread(lambda: a.engine.execute("alice", "tools.notes.list()\n'done'"), stalled.set)
     assert stalled.wait(60)
     # a's lease lapses; b declares it dead, requeues the execution and claims it.
     clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
     b.lease.heartbeat()
     [execution_id] = b.maintain().requeued
     claimed = b_faults.gate(CrashPoint.parse("execution:start:pending->running:after_commit"))
-    b_runs = InThread(b.engine.run_pending)
+    b_runs = InThread(b.engine.run_pending, claimed.give_up)
     assert claimed.wait_until_held()
     release.set()  # a wakes up to its failure while b owns the execution
     running.result()
@@ -184,7 +190,7 @@ def test_a_decision_that_loses_its_race_is_told_which_decision_won(
     rt = make_runtime(faults=faults)
     paused = rt.engine.execute("alice", WRITE_THEN_READ)
     gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
-    accepting = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT))
+    accepting = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT), gate.give_up)
     assert gate.wait_until_held()
     declined = rt.engine.resume(paused.id, "alice", Action.DECLINE)
     gate.open()
@@ -214,7 +220,9 @@ def test_a_link_whose_decision_lost_to_the_same_decision_is_still_refused(
     paused = rt.engine.execute("alice", WRITE_THEN_READ)
     gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
     link = UsedUp()
-    by_link = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT, writes=[link]))
+    by_link = InThread(
+        lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT, writes=[link]), gate.give_up
+    )
     assert gate.wait_until_held()
     assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
     gate.open()
@@ -226,7 +234,7 @@ def test_a_link_whose_decision_lost_to_the_same_decision_is_still_refused(
 def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntime) -> None:
     held = Gate()
     rt = make_runtime(sources=[GateSource(held)])
-    running = InThread(lambda: rt.engine.execute("alice", "tools.gate.hold()"))
+    running = InThread(lambda: rt.engine.execute("alice", "tools.gate.hold()"), held.entered.set)
     assert held.entered.wait(60)
     waiting = InThread(lambda: rt.engine.wait_idle(60))
     # Within a bound too short for it, the answer is that something still runs, also
@@ -250,7 +258,7 @@ def test_two_sweeps_expiring_one_pause_expire_it_once(make_runtime: MakeRuntime)
     gate = faults.gate(
         CrashPoint.parse("tool_call:expire:awaiting_approval->expired:before_commit")
     )
-    sweeping = InThread(a.engine.expire_due)
+    sweeping = InThread(a.engine.expire_due, gate.give_up)
     assert gate.wait_until_held()
     assert b.engine.expire_due() == 1
     gate.open()
