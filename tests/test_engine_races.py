@@ -5,6 +5,7 @@ execution failed under it after another instance took it over."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -309,3 +310,24 @@ def test_one_round_of_pending_work_claims_at_most_fifty(make_runtime: MakeRuntim
     assert {rt.engine.view(execution_id).status for execution_id in queued} == {
         ExecutionStatus.COMPLETED
     }
+
+
+def test_a_stalled_owner_whose_write_is_refused_leaves_the_execution_and_says_so(
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    a_faults = Faults()
+    a = make_runtime(clock=clock, faults=a_faults)
+    b = make_runtime(clock=clock)
+    gate = a_faults.gate(CrashPoint.parse("tool_call:succeed:dispatched->succeeded:before_commit"))
+    running = InThread(lambda: a.engine.execute("alice", "len(tools.notes.list())"), gate.give_up)
+    assert gate.wait_until_held()
+    clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
+    b.lease.heartbeat()
+    [execution_id] = b.maintain().requeued
+    with caplog.at_level(logging.WARNING, logger="lockgate.engine"):
+        gate.open()
+        assert running.result().status is ExecutionStatus.PENDING  # b's requeue stands
+    assert f"execution {execution_id} changed under us; leaving it" in caplog.messages
+    assert b.engine.run_pending() == 1
+    assert b.engine.view(execution_id).result == 0
