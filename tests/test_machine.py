@@ -14,9 +14,9 @@ from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
 from lockgate.machine.faults import CrashMode, Faults, InjectedCrash
 from lockgate.machine.machines import LifecycleMachine, build_machines
 from lockgate.machine.records import Change, Record
-from lockgate.machine.store import MemoryStore
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import CrashPoint
+from tests.support.memory_store import MemoryStore
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

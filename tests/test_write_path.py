@@ -22,9 +22,9 @@ from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.machines import build_machines
 from lockgate.machine.records import Record
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.store import MemoryStore
 from lockgate.machine.write_path import Applied, Step, WritePath
 from lockgate.spec import CrashPoint
+from tests.support.memory_store import MemoryStore
 from tests.support.spec_factories import without_transition
 
 MakeRuntime = Callable[..., Runtime]
