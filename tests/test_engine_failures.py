@@ -179,7 +179,7 @@ def test_an_unexpected_failure_fails_only_its_execution_with_a_next_step(
         "message": "The server failed while running this execution; it was stopped. Run "
         "the code again.",
     }
-    assert f"execution {execution_id} failed unexpectedly" in caplog.text
+    assert f"execution {execution_id} failed unexpectedly" in caplog.messages
     assert f"execution {execution_id}: checkpoint names a missing call 7" in caplog.text
     assert rt.engine.execute("alice", "2").result == 2
 
@@ -261,3 +261,10 @@ def test_a_decision_for_an_earlier_call_names_the_execution_and_why(
         f"Execution {first.id!r} is not waiting for a decision (the decision was for an "
         "earlier tool call; it is waiting_for_interaction now)."
     )
+
+
+def test_a_failed_execution_keeps_what_its_code_printed(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    view = rt.engine.execute("alice", "print('before the error')\nraise ValueError('no')")
+    assert view.status is ExecutionStatus.FAILED
+    assert view.logs == "before the error\n"
