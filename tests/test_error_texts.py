@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from pydantic import JsonValue
 
-from lockgate.machine.errors import LockgateError
+from lockgate.machine.errors import IllegalTransition, LockgateError
 from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
@@ -24,6 +24,7 @@ from lockgate.machine.execution_errors import (
     LimitReached,
 )
 from lockgate.machine.policy import InvalidPolicy, ToolBlocked
+from lockgate.machine.sandbox import RuntimeMismatch, SnapshotCorrupt
 from lockgate.machine.secrets import MissingSecret
 from lockgate.machine.tools.errors import InvalidArguments, UnknownTool
 
@@ -205,6 +206,40 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "code": "not_found",
             "message": "secrets 'a', 'b' not configured",
             "hint": "Configure the secret in the server's secret store and try again.",
+        },
+    ),
+    (
+        "a paused execution made by another sandbox runtime version",
+        lambda: RuntimeMismatch(sealed_version="0.9.0", running_version="1.4.0"),
+        {
+            "code": "runtime_mismatch",
+            "message": "this execution was paused by sandbox runtime (Monty) 0.9.0, but this "
+            "server runs Monty 1.4.0: the paused execution cannot be resumed by this server "
+            "version",
+            "hint": "Re-execute the code from the start, or resume it on a server running "
+            "Monty 0.9.0.",
+        },
+    ),
+    (
+        "a paused execution whose stored snapshot is damaged",
+        lambda: SnapshotCorrupt("its checksum does not match"),
+        {
+            "code": "snapshot_corrupt",
+            "message": "the stored snapshot of this paused execution is damaged (its checksum "
+            "does not match); it cannot be resumed",
+            "hint": "Re-execute the code from the start.",
+        },
+    ),
+    (
+        "a write the spec does not declare (a bug, refused by the store)",
+        lambda: IllegalTransition(
+            machine="execution", record_id="e1", event="resume", source="completed", dest="running"
+        ),
+        {
+            "code": "illegal_transition",
+            "message": "execution e1: 'resume' to 'running' is not a transition the spec "
+            "declares from 'completed'",
+            "hint": "This is a bug in the caller: only the spec's edges may be written.",
         },
     ),
 ]
