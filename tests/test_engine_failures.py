@@ -17,6 +17,7 @@ from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
     ExecutionInterrupted,
+    InvalidExecutionInput,
 )
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.runtime import Runtime
@@ -268,3 +269,18 @@ def test_a_failed_execution_keeps_what_its_code_printed(make_runtime: MakeRuntim
     view = rt.engine.execute("alice", "print('before the error')\nraise ValueError('no')")
     assert view.status is ExecutionStatus.FAILED
     assert view.logs == "before the error\n"
+
+
+def test_code_is_refused_when_empty_or_past_its_limit_and_accepted_at_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime(max_code_chars=10)
+    with pytest.raises(InvalidExecutionInput) as empty:
+        rt.engine.execute("alice", "  \n ")
+    assert empty.value.message == "The code is empty: send the Python code to run."
+    assert rt.engine.execute("alice", "1 + 2     ").result == 3  # exactly 10 characters
+    with pytest.raises(InvalidExecutionInput) as long:
+        rt.engine.execute("alice", "1 + 2      ")
+    assert long.value.message == (
+        "The code is 11 characters long; the limit is 10. Send a shorter program."
+    )
