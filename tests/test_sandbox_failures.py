@@ -31,15 +31,17 @@ def test_syntax_error(sandbox: Sandbox) -> None:
 @pytest.mark.parametrize(
     ("code", "feature"),
     [
-        ("class A(Exception):\n    pass", "class inheritance"),
-        ("def g():\n    yield 1", "yield"),
-        ("x = 1\ndel x", "'del' statement"),
+        ("class A(Exception):\n    pass", "class inheritance and metaclasses (line 1)"),
+        ("def g():\n    yield 1", "yield expressions (line 2)"),
+        ("x = 1\ndel x", "the 'del' statement (line 2)"),
     ],
 )
 def test_unsupported_syntax(sandbox: Sandbox, code: str, feature: str) -> None:
     step = failed(sandbox.start(code, principal=P), FailureReason.UNSUPPORTED)
-    assert feature in step.message
-    assert "not supported in the sandbox" in step.message
+    assert step.message == (
+        f"this Python feature is not supported in the sandbox: {feature}; rewrite the code "
+        "without it"
+    )
 
 
 def test_a_code_raised_not_implemented_error_is_a_runtime_error(sandbox: Sandbox) -> None:
@@ -47,6 +49,16 @@ def test_a_code_raised_not_implemented_error_is_a_runtime_error(sandbox: Sandbox
         sandbox.start("raise NotImplementedError('todo')", principal=P), FailureReason.RUNTIME_ERROR
     )
     assert step.message == "NotImplementedError: todo (line 1)"
+
+
+@pytest.mark.parametrize("text", ["time limit exceeded", "memory limit exceeded"])
+def test_the_code_s_own_error_that_names_a_limit_is_its_own_error(
+    sandbox: Sandbox, text: str
+) -> None:
+    step = failed(
+        sandbox.start(f"raise ValueError({text!r})", principal=P), FailureReason.RUNTIME_ERROR
+    )
+    assert step.message == f"ValueError: {text} (line 1)"
 
 
 def test_awaiting_a_tool_stops_before_the_tool_runs(sandbox: Sandbox) -> None:
@@ -63,7 +75,9 @@ def test_time_limit(make: Callable[..., Sandbox]) -> None:
     step = failed(
         sb.start('print("spinning")\nwhile True:\n    pass', principal=P), FailureReason.TIME_LIMIT
     )
-    assert step.message.startswith("the code ran longer than its 0.5 s limit")
+    assert step.message == (
+        "the code ran longer than its 0.5 s limit (time spent waiting for tools does not count)"
+    )
     assert step.logs == "spinning\n"
 
 
@@ -92,7 +106,7 @@ def test_recursion_limit(make: Callable[..., Sandbox]) -> None:
 def test_memory_limit(make: Callable[..., Sandbox]) -> None:
     sb = make(max_memory_bytes=10_000_000)
     step = failed(sb.start("x = [0] * 50_000_000", principal=P), FailureReason.MEMORY_LIMIT)
-    assert "memory" in step.message
+    assert step.message == "the code used more than its 9.53674 MiB of memory"
 
 
 def test_call_limit_across_steps(make: Callable[..., Sandbox]) -> None:
@@ -109,7 +123,10 @@ def test_call_limit_across_steps(make: Callable[..., Sandbox]) -> None:
 def test_call_limit_within_a_step(make: Callable[..., Sandbox]) -> None:
     sb = make(max_calls=3)
     code = "for i in range(10):\n    try:\n        nothing()\n    except NameError:\n        pass"
-    failed(sb.start(code, principal=P), FailureReason.CALL_LIMIT)
+    assert failed(sb.start(code, principal=P), FailureReason.CALL_LIMIT).message == (
+        "the code made more than 3 calls out of the sandbox in one step (tool calls, imports "
+        "of tools, calls to undefined names)"
+    )
 
 
 def test_crashed_worker_fails_the_step_and_the_sandbox_goes_on(
