@@ -190,16 +190,20 @@ def test_an_unexpected_failure_fails_only_its_execution_with_a_next_step(
 # says how (an execution ends only once its call is settled), whatever state the call is in.
 
 
-def _store_fails_once_at(rt: Runtime, monkeypatch: pytest.MonkeyPatch, event: str) -> None:
-    """The database refuses the first commit of a tool call's `event` (the disk, the network
-    or a lock timeout; the write path's own code is not involved)."""
+def _store_fails_once_at(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, event: str, *, passes: int = 0
+) -> None:
+    """The database refuses a commit of a tool call's `event`, once, after letting `passes`
+    of them through (the disk, the network or a lock timeout; the write path's own code is
+    not involved)."""
     real = rt.engine.write.apply
-    failed: list[str] = []
+    seen: list[str] = []
 
     def apply(*steps: Step, **options: Any) -> Any:
-        if not failed and any(s.record.machine == "tool_call" and s.event == event for s in steps):
-            failed.append(event)
-            raise OperationalError("UPDATE tool_calls", {}, Exception("disk I/O error"))
+        if any(s.record.machine == "tool_call" and s.event == event for s in steps):
+            seen.append(event)
+            if len(seen) == passes + 1:
+                raise OperationalError("UPDATE tool_calls", {}, Exception("disk I/O error"))
         return real(*steps, **options)
 
     monkeypatch.setattr(rt.engine.write, "apply", apply)
@@ -216,6 +220,19 @@ def test_a_call_never_sent_is_withdrawn_when_its_execution_fails(
     [call] = calls_of(rt, view.id)
     assert call.status == ToolCallStatus.WITHDRAWN
     assert notes_of(rt).effects() == []
+
+
+def test_the_call_withdrawn_is_the_latest_one(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = make_runtime()
+    _store_fails_once_at(rt, monkeypatch, "dispatch", passes=1)
+    view = rt.engine.execute("alice", "tools.notes.list()\ntools.notes.list()")
+    assert view.status is ExecutionStatus.FAILED
+    assert [(c.seq, c.status) for c in sorted(calls_of(rt, view.id), key=lambda c: c.seq)] == [
+        (1, ToolCallStatus.SUCCEEDED),
+        (2, ToolCallStatus.WITHDRAWN),
+    ]
 
 
 def test_a_write_whose_result_was_not_stored_ends_interrupted_naming_it(
@@ -284,3 +301,34 @@ def test_code_is_refused_when_empty_or_past_its_limit_and_accepted_at_it(
     assert long.value.message == (
         "The code is 11 characters long; the limit is 10. Send a shorter program."
     )
+
+
+def test_a_repeated_decision_is_compared_with_its_own_execution_s_latest_decision(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    # bob's execution holds the highest call number of all (3), declined and caught.
+    bob = rt.engine.execute(
+        "bob",
+        "tools.notes.write(key='x', text='-')\n"
+        "tools.notes.write(key='y', text='-')\n"
+        "try:\n    tools.notes.write(key='z', text='-')\nexcept PermissionError:\n    pass\n"
+        "'b'",
+    )
+    for action in (Action.ACCEPT, Action.ACCEPT, Action.DECLINE):
+        bob = rt.engine.resume(bob.id, "bob", action)
+    assert bob.status is ExecutionStatus.COMPLETED and bob.result == "b"
+    # alice's first call declined (and caught), her second accepted.
+    alice = rt.engine.execute(
+        "alice",
+        "try:\n    tools.notes.write(key='a', text='1')\nexcept PermissionError:\n    pass\n"
+        "tools.notes.write(key='b', text='2')\n"
+        "'a'",
+    )
+    alice = rt.engine.resume(alice.id, "alice", Action.DECLINE)
+    alice = rt.engine.resume(alice.id, "alice", Action.ACCEPT)
+    assert alice.status is ExecutionStatus.COMPLETED and alice.result == "a"
+    # Her last decision, accept, repeated: the same outcome; the other one: refused.
+    assert rt.engine.resume(alice.id, "alice", Action.ACCEPT).result == "a"
+    with pytest.raises(ExecutionAlreadySettled, match=r"already recorded \(accept\)"):
+        rt.engine.resume(alice.id, "alice", Action.DECLINE)
