@@ -20,7 +20,7 @@ import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import JsonValue
 
@@ -55,10 +55,6 @@ from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import ToolCallStatus as C
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Engine:
     def __init__(
         self,
@@ -72,7 +68,7 @@ class Engine:
         settings: Settings,
         owner: str,
         abandon: Abandon,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime],
     ) -> None:
         self.store = store
         #: The one write path, shared with the instance lease, sessions and recovery.
