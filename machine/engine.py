@@ -73,8 +73,6 @@ class Engine:
         self.store = store
         #: The one write path, shared with the instance lease, sessions and recovery.
         self.write = write
-        self.sandbox = sandbox
-        self.registry = registry
         self.policy = policy
         self.settings = settings
         #: The instance id written as the owner of the executions this engine runs.
