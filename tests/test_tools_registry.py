@@ -44,6 +44,8 @@ def test_spec_defaults_are_the_careful_ones() -> None:
     assert plain.secrets == ()
     assert plain.signature() == "tools.s.t() -> Any  # requires approval"
     assert plain.usage() == "tools.s.t()"
+    # No parameters declared: none accepted.
+    assert plain.parameters == {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 def test_signatures(registry: ToolRegistry) -> None:
