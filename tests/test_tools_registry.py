@@ -175,6 +175,30 @@ def test_unknown_source_suggests_close_full_names(registry: ToolRegistry) -> Non
     assert caught.value.suggestions == ("tools.notes.write",)
 
 
+@dataclass(frozen=True)
+class ManySends:
+    name: str = "mail"
+
+    def tools(self) -> Sequence[Tool]:
+        return [EchoTool(spec(source=self.name, name=f"send{n}")) for n in range(1, 6)]
+
+
+def test_suggestions_are_the_three_closest_at_most() -> None:
+    registry = ToolRegistry()
+    registry.register(ManySends())
+    with pytest.raises(UnknownTool) as in_source:
+        registry.get("mail.send")
+    assert in_source.value.suggestions == (
+        "tools.mail.send1",
+        "tools.mail.send2",
+        "tools.mail.send3",
+    )
+    with pytest.raises(UnknownTool) as other_source:
+        registry.get("mails.send4")
+    assert len(other_source.value.suggestions) == 3
+    assert other_source.value.suggestions[0] == "tools.mail.send4"
+
+
 def test_unknown_tool_without_any_match() -> None:
     registry = ToolRegistry(discovery_hint="Call search_tools first.")
     with pytest.raises(UnknownTool) as caught:
