@@ -128,6 +128,7 @@ MACHINE_TESTS = (
     "tests/test_tool_invocation.py",
     "tests/test_engine_failures.py",
     "tests/test_engine_races.py",
+    "tests/test_database_urls.py",
     # The two long Hypothesis runs (about 34 s each) reach nearly every function, and mutmut
     # runs a mutant's tests in no set order: every mutant of the engine that survived, and
     # many that did not, paid over a minute for them (4 mutants a minute on both cores). The

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from pydantic import JsonValue
 
-from lockgate.machine.errors import IllegalTransition, LockgateError
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition, LockgateError
 from lockgate.machine.execution_errors import (
     ExecutionAlreadySettled,
     ExecutionExpired,
@@ -242,6 +242,24 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "hint": "This is a bug in the caller: only the spec's edges may be written.",
         },
     ),
+    (
+        "a step whose guards do not hold now",
+        lambda: GuardRefused(machine="execution", record_id="e1", event="resume", source="x"),
+        {
+            "code": "guard_refused",
+            "message": "execution e1: 'resume' from 'x' is not allowed now (its guards do not "
+            "hold)",
+        },
+    ),
+    (
+        "a write another writer got to first",
+        lambda: Conflict(machine="execution", record_id="e1", expected_version=3),
+        {
+            "code": "conflict",
+            "message": "execution e1 was changed by another writer (expected version 3)",
+            "hint": "Read the record again and decide on its current state.",
+        },
+    ),
 ]
 
 
@@ -273,5 +291,6 @@ def test_errors_keep_the_ids_a_client_acts_on() -> None:
     unknown = UnknownTool(name="n", suggestions=["a"], discovery_hint="h")
     assert (unknown.name, unknown.suggestions) == ("n", ("a",))
     assert ToolBlocked(tool="t").tool == "t"
+    assert Conflict(machine="m", record_id="r", expected_version=3).expected_version == 3
     invalid = InvalidArguments(tool="t", problems=["p"], usage="u")
     assert (invalid.tool, invalid.problems) == ("t", ("p",))
