@@ -331,3 +331,17 @@ def test_a_stalled_owner_whose_write_is_refused_leaves_the_execution_and_says_so
     assert f"execution {execution_id} changed under us; leaving it" in caplog.messages
     assert b.engine.run_pending() == 1
     assert b.engine.view(execution_id).result == 0
+
+
+def test_each_principal_s_counts_are_its_own(make_runtime: MakeRuntime) -> None:
+    """The admission limits count per principal: another principal's work never counts
+    against one (uneven numbers, so a count of the others would show)."""
+    rt = make_runtime()
+    rt.engine.execute("alice", WRITE_THEN_READ)
+    rt.engine.submit("alice", "1")
+    for _ in range(3):
+        rt.engine.execute("bob", WRITE_THEN_READ)
+    assert rt.engine.paused_count("alice") == 1
+    assert rt.engine.paused_count("bob") == 3
+    assert rt.engine.live_counts(principal_id="alice") == {"running": 1, "paused": 1}
+    assert rt.engine.live_counts(principal_id="bob") == {"running": 0, "paused": 3}
