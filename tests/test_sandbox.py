@@ -186,6 +186,10 @@ def test_files_network_and_environment_are_refused(sandbox: Sandbox) -> None:
 def test_sleep_returns_at_once_and_stdlib_imports_work(sandbox: Sandbox) -> None:
     code = "import time, json, math\ntime.sleep(60)\njson.dumps({'pi': round(math.pi, 2)})"
     assert sandbox.start(code, principal=P) == Finished('{"pi": 3.14}', "")
+    # After a resume too (the snapshot loads with the same policy), asyncio's as well.
+    code = "import time, asyncio\nx = tools.notes.read(key='a')\ntime.sleep(60)\n"
+    step = suspended(sandbox.start(code + "await asyncio.sleep(60)\nx", principal=P))
+    assert sandbox.resume(step.snapshot, Returned(5), principal=P) == Finished(5, "")
 
 
 def test_unknown_module_is_module_not_found(sandbox: Sandbox) -> None:
