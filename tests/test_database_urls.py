@@ -46,3 +46,12 @@ def test_a_database_that_cannot_be_reached_is_named_by_the_driver_s_own_words() 
     assert "Connection refused" in failed.value.reason
     assert "s3cret" not in failed.value.reason
     assert str(failed.value) == failed.value.reason
+
+
+def test_a_url_of_no_known_kind_is_refused_with_the_forms_that_work() -> None:
+    with pytest.raises(MigrationFailed) as failed:
+        upgrade_database("nosuchdb://lockgate:s3cret@host/lockgate")
+    assert failed.value.reason == (
+        "the database URL cannot be used (NoSuchModuleError): it must be sqlite:///<path> or "
+        "postgresql://<user>@<host>/<database>"
+    )

@@ -92,5 +92,12 @@ def upgrade_database(url: str) -> str | None:
         return current_revision(engine)
     except SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None)
-        reason = str(orig) if orig is not None else type(exc).__name__
+        if orig is not None:
+            reason = str(orig)  # the driver's words: the host and what went wrong
+        else:
+            # SQLAlchemy's own text may quote the URL, password included: name the kind only.
+            reason = (
+                f"the database URL cannot be used ({type(exc).__name__}): it must be "
+                "sqlite:///<path> or postgresql://<user>@<host>/<database>"
+            )
         raise MigrationFailed(reason.strip()) from None
