@@ -29,7 +29,7 @@ from lockgate.machine.dispatcher import (
     principal_of,
     record_of,
 )
-from lockgate.machine.errors import Conflict, GuardRefused
+from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
 from lockgate.machine.sandbox import (
     Failed,
     Finished,
@@ -184,11 +184,15 @@ class Driver:
         if current is None or current.status != E.RUNNING or current.owner != self.owner:
             return
         latest = self.store.tool_calls.latest(ex.id)
-        if latest is not None and latest.status == C.DISPATCHED:
+        refused_by_spec = isinstance(exc, GuardRefused | IllegalTransition)
+        if latest is not None and latest.status == C.DISPATCHED and not refused_by_spec:
             # A call is in flight and its outcome was not recorded (the failure came between
             # its dispatch and its result): whether its effect happened is unknown, exactly
             # as if this instance had died here, so recovery's verdict applies: go on from
             # the checkpoint when calling it again is safe, or end interrupted, naming it.
+            # Not for a refusal by the spec: that is a bug (here or in recovery, which put
+            # the call where it cannot go on), and recovery's verdict could requeue the same
+            # refusal forever; the execution fails, and what it leaves shows the bug.
             with contextlib.suppress(Conflict, GuardRefused):
                 self.abandon(current)
             return

@@ -331,8 +331,16 @@ def test_a_decision_for_an_earlier_call_never_decides_a_later_one(
     first = rt.engine.execute("alice", code)
     second = rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
     assert second.pending is not None and second.pending.seq == 2
-    with pytest.raises(ExecutionAlreadySettled, match="earlier tool call"):
+    with pytest.raises(ExecutionAlreadySettled) as earlier:
         rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
+    assert (earlier.value.execution_id, earlier.value.status) == (
+        first.id,
+        "waiting_for_interaction",
+    )
+    assert earlier.value.message == (
+        f"Execution {first.id!r} is not waiting for a decision (the decision was for an "
+        "earlier tool call; it is waiting_for_interaction now)."
+    )
     assert rt.engine.view(first.id).status is ExecutionStatus.WAITING_FOR_INTERACTION
     assert len(writes(rt)) == 1
 

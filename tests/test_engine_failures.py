@@ -265,22 +265,6 @@ def test_a_read_whose_result_was_not_stored_is_read_again_from_the_checkpoint(
     assert [e["tool"] for e in notes_of(rt).effects()] == ["notes.list", "notes.list"]
 
 
-def test_a_decision_for_an_earlier_call_names_the_execution_and_why(
-    make_runtime: MakeRuntime,
-) -> None:
-    rt = make_runtime()
-    code = "tools.notes.write(key='a', text='1')\ntools.notes.write(key='b', text='2')\n'ok'"
-    first = rt.engine.execute("alice", code)
-    rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
-    with pytest.raises(ExecutionAlreadySettled) as info:
-        rt.engine.resume(first.id, "alice", Action.ACCEPT, expected_call=1)
-    assert (info.value.execution_id, info.value.status) == (first.id, "waiting_for_interaction")
-    assert info.value.message == (
-        f"Execution {first.id!r} is not waiting for a decision (the decision was for an "
-        "earlier tool call; it is waiting_for_interaction now)."
-    )
-
-
 def test_a_failed_execution_keeps_what_its_code_printed(make_runtime: MakeRuntime) -> None:
     rt = make_runtime()
     view = rt.engine.execute("alice", "print('before the error')\nraise ValueError('no')")

@@ -18,6 +18,8 @@ from lockgate.machine.db.schema import Execution
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionAlreadySettled
 from lockgate.machine.faults import Faults
+from lockgate.machine.faults import Gate as PointGate
+from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
 from lockgate.machine.write_path import Step
 from lockgate.spec import CrashPoint, ExecutionStatus
@@ -55,17 +57,30 @@ class InThread:
         return self._box["value"]
 
 
-def test_a_cancel_that_loses_to_a_cancel_decision_is_given_that_outcome(
-    make_runtime: MakeRuntime,
-) -> None:
+CANCEL_GATE = "execution:cancel:waiting_for_interaction->cancelled:before_commit"
+RESUME_ACCEPT_GATE = "tool_call:approve:awaiting_approval->approved:before_commit"
+
+
+def _held_at(
+    make_runtime: MakeRuntime, point: str, act: Callable[[Runtime, str], Any]
+) -> tuple[Runtime, ExecutionView, InThread, PointGate]:
+    """An execution paused for approval, and `act` on it in a thread of its own, held at
+    `point` of the write path (before its commit) until the test opens the gate."""
     faults = Faults()
     rt = make_runtime(faults=faults)
     paused = rt.engine.execute("alice", WRITE_THEN_READ)
-    gate = faults.gate(
-        CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
-    )
-    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"), gate.give_up)
+    gate = faults.gate(CrashPoint.parse(point))
+    held = InThread(lambda: act(rt, paused.id), gate.give_up)
     assert gate.wait_until_held()
+    return rt, paused, held, gate
+
+
+def test_a_cancel_that_loses_to_a_cancel_decision_is_given_that_outcome(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt, paused, cancelling, gate = _held_at(
+        make_runtime, CANCEL_GATE, lambda rt, e: rt.engine.cancel(e, "alice")
+    )
     # Meanwhile the person cancels the call on the approval page: the code does not catch it.
     decided = rt.engine.resume(paused.id, "alice", Action.CANCEL)
     assert decided.status is ExecutionStatus.FAILED
@@ -78,14 +93,9 @@ def test_a_cancel_that_loses_to_a_cancel_decision_is_given_that_outcome(
 def test_a_cancel_that_loses_to_an_approval_is_refused_naming_the_execution(
     make_runtime: MakeRuntime,
 ) -> None:
-    faults = Faults()
-    rt = make_runtime(faults=faults)
-    paused = rt.engine.execute("alice", WRITE_THEN_READ)
-    gate = faults.gate(
-        CrashPoint.parse("execution:cancel:waiting_for_interaction->cancelled:before_commit")
+    rt, paused, cancelling, gate = _held_at(
+        make_runtime, CANCEL_GATE, lambda rt, e: rt.engine.cancel(e, "alice")
     )
-    cancelling = InThread(lambda: rt.engine.cancel(paused.id, "alice"), gate.give_up)
-    assert gate.wait_until_held()
     assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
     gate.open()
     with pytest.raises(ExecutionAlreadySettled) as info:
@@ -181,18 +191,12 @@ def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_a
     assert view.status is ExecutionStatus.COMPLETED and view.result == "done"
 
 
-RESUME_ACCEPT_GATE = "tool_call:approve:awaiting_approval->approved:before_commit"
-
-
 def test_a_decision_that_loses_its_race_is_told_which_decision_won(
     make_runtime: MakeRuntime,
 ) -> None:
-    faults = Faults()
-    rt = make_runtime(faults=faults)
-    paused = rt.engine.execute("alice", WRITE_THEN_READ)
-    gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
-    accepting = InThread(lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT), gate.give_up)
-    assert gate.wait_until_held()
+    rt, paused, accepting, gate = _held_at(
+        make_runtime, RESUME_ACCEPT_GATE, lambda rt, e: rt.engine.resume(e, "alice", Action.ACCEPT)
+    )
     declined = rt.engine.resume(paused.id, "alice", Action.DECLINE)
     gate.open()
     with pytest.raises(ExecutionAlreadySettled) as info:
@@ -216,15 +220,11 @@ def test_a_link_whose_decision_lost_to_the_same_decision_is_still_refused(
     """The same decision, taken meanwhile by another door: the link's own write was rolled
     back with its decision, so the link is told it decided nothing rather than shown the
     outcome as its own."""
-    faults = Faults()
-    rt = make_runtime(faults=faults)
-    paused = rt.engine.execute("alice", WRITE_THEN_READ)
-    gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
-    link = UsedUp()
-    by_link = InThread(
-        lambda: rt.engine.resume(paused.id, "alice", Action.ACCEPT, writes=[link]), gate.give_up
+    rt, paused, by_link, gate = _held_at(
+        make_runtime,
+        RESUME_ACCEPT_GATE,
+        lambda rt, e: rt.engine.resume(e, "alice", Action.ACCEPT, writes=[UsedUp()]),
     )
-    assert gate.wait_until_held()
     assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
     gate.open()
     with pytest.raises(ExecutionAlreadySettled, match=r"already recorded \(accept\)"):
