@@ -105,7 +105,6 @@ MACHINE_TESTS = (
     "tests/test_policy.py",
     "tests/test_sandbox.py",
     "tests/test_sandbox_failures.py",
-    "tests/test_sandbox_failures.py",
     "tests/test_sandbox_orphans.py",
     "tests/test_secrets.py",
     "tests/test_store.py",
