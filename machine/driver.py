@@ -178,8 +178,10 @@ class Driver:
             self._fail_internally(ex, exc)
 
     def _fail_internally(self, ex: ExecutionRecord, exc: Exception) -> None:
-        """End an execution this instance cannot go on with, the way the spec ends it: its
-        latest call settled first (the composition lets an execution fail only then)."""
+        """End an execution this instance cannot go on with, the way the spec ends it: an
+        unsent call is withdrawn with it, one in flight gets recovery's verdict (the
+        composition lets an execution fail only once its call is settled). A refusal by the
+        spec with a call in flight is the one case left failing as it is (see below)."""
         current = self.store.executions.get(ex.id)
         if current is None or current.status != E.RUNNING or current.owner != self.owner:
             return
