@@ -43,6 +43,7 @@ from tests.support.servers import (
     settle,
     structured,
 )
+from tests.support.threads import InThread
 
 #: The fixtures (`deployment`, ...) are registered once for the session.
 pytest_plugins = ["tests.support.servers"]
@@ -97,38 +98,18 @@ def calls_of(runtime: Runtime, execution_id: str) -> list[tuple[int, str]]:
         return [(c.seq, c.status) for c in rows]
 
 
-def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
-    failures: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test that joins the thread
-            failures.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, failures
-
-
-def joined(thread: threading.Thread, failures: list[BaseException]) -> None:
-    thread.join(DEADLINE)
-    assert not thread.is_alive(), "the drive did not end"
-    assert failures == []
-
-
 # -- the sandbox ------------------------------------------------------------------------------
 
 
 def test_stopping_the_sandbox_abandons_the_running_step_and_refuses_new_ones() -> None:
     with Sandbox({"notes": ["list"]}, SandboxLimits(max_duration_secs=60)) as sandbox:
-        thread, failures = in_background(lambda: sandbox.start(loop(50 * SECOND), principal="p"))
+        running = InThread(lambda: sandbox.start(loop(50 * SECOND), principal="p"))
         wait_running(sandbox)
         started = time.monotonic()
         assert sandbox.stop() == 1
-        thread.join(DEADLINE)
+        with pytest.raises(SandboxStopped):
+            running.result()
         assert time.monotonic() - started < 5, "the step ran on after stop"
-        assert [type(f) for f in failures] == [SandboxStopped]
         assert sandbox.running() == 0
         with pytest.raises(SandboxStopped):
             sandbox.start("1", principal="p")
@@ -154,13 +135,13 @@ def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
     code = f"first = tools.gate.hold()\n{loop(3 * SECOND)}\n[first, total]"
     first = make_runtime(sources=[GateSource(gate)], **settings)
     ex = first.engine.begin("alice", code)
-    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    driving = InThread(lambda: first.engine.carry_on(ex))
     wait_for(lambda: calls_of(first, ex.id) == [(1, C.SUCCEEDED)], "the first call to succeed")
     wait_running(first.sandbox)
 
     with caplog.at_level(logging.INFO, logger="lockgate.engine"):
         first.drain()
-        joined(thread, failures)
+        driving.result()
     first.close()
     handed_back = f"execution {ex.id} handed back: it goes on from its last checkpoint"
     assert handed_back in caplog.messages
@@ -193,10 +174,10 @@ def test_a_step_that_reaches_a_tool_call_while_handing_back_is_checkpointed_not_
     code = f"{loop(SECOND)}\nlisted = tools.notes.list()\n[total, listed]"
     first = make_runtime(sources=[notes], instance_name="drained")
     ex = first.engine.begin("alice", code)
-    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    driving = InThread(lambda: first.engine.carry_on(ex))
     wait_running(first.sandbox)
     first.engine.handing_back.set()
-    joined(thread, failures)
+    driving.result()
 
     row = row_of(first, ex.id)
     assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
@@ -220,15 +201,15 @@ def test_a_call_in_flight_is_waited_for_then_the_execution_is_handed_back(
     gate = Gate()
     first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=20)
     ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
-    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    driving = InThread(lambda: first.engine.carry_on(ex))
     assert gate.entered.wait(DEADLINE)
     first.drain()
     assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
     assert row_of(first, ex.id).status == E.RUNNING  # not handed back with a call out
-    closing, closed = in_background(first.close)
+    closing = InThread(first.close)
     gate.opened.set()
-    joined(thread, failures)
-    joined(closing, closed)
+    driving.result()
+    closing.result()
     assert calls_of(first, ex.id) == [(1, C.SUCCEEDED)]
     assert row_of(first, ex.id).status == E.PENDING
     assert events(first, ex.id)[-1] == "hand_back"
@@ -248,7 +229,7 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
     gate = Gate()
     first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=0.5)
     ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
-    thread, failures = in_background(lambda: first.engine.carry_on(ex))
+    driving = InThread(lambda: first.engine.carry_on(ex))
     assert gate.entered.wait(DEADLINE)
     started = time.monotonic()
     first.drain()
@@ -264,7 +245,7 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
     second = make_runtime(sources=[GateSource(gate)], instance_name="drained")
     assert second.maintain().requeued == [ex.id]
     gate.opened.set()
-    joined(thread, failures)
+    driving.result()
     assert calls_of(second, ex.id) == [(1, C.DISPATCHED)]
     second.engine.run_pending()
     view = second.engine.get(ex.id, "alice")

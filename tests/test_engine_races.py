@@ -26,36 +26,7 @@ from lockgate.spec import CrashPoint, ExecutionStatus
 from tests.support.engine_records import WRITE_THEN_READ, Clock, MakeRuntime, notes_of, row_of
 from tests.support.engine_records import writes as writes_of
 from tests.support.gate_tool import Gate, GateSource
-
-
-class InThread:
-    """`work` on a thread of its own; `result()` joins it and returns or re-raises.
-
-    `on_end` runs when the work ends, however it ends: it releases whatever the test waits
-    on for this thread (a gate's `give_up`, an event's `set`), so a thread that fails before
-    it gets there fails the test at once instead of after the wait's bound."""
-
-    def __init__(self, work: Callable[[], Any], on_end: Callable[[], Any] = lambda: None) -> None:
-        self._box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                self._box["value"] = work()
-            except BaseException as exc:  # handed to the test's thread
-                self._box["error"] = exc
-            finally:
-                on_end()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def result(self) -> Any:
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the thread never finished"
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
-
+from tests.support.threads import InThread
 
 CANCEL_GATE = "execution:cancel:waiting_for_interaction->cancelled:before_commit"
 RESUME_ACCEPT_GATE = "tool_call:approve:awaiting_approval->approved:before_commit"
