@@ -9,13 +9,14 @@ when `LOCKGATE_FAULT_INJECTION` switches it on.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lockgate.machine.faults import Faults
+from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
 from lockgate.spec.crash_points import CrashPoint
@@ -98,3 +99,29 @@ def test_a_real_server_obeys_a_crash_point_only_when_switched_on(tmp_path: Path)
         assert on.wait_exit() == -signal.SIGKILL
     finally:
         deployment.stop_all()
+
+
+def test_an_armed_point_is_reported_to_the_evidence_file_and_kept_in_the_trail(
+    tmp_path: Path,
+) -> None:
+    """The simulator learns from the trail what came after a crash, and a simulator in
+    another process learns from the evidence file which points a server reached: one line
+    per point, the first time, with the process that reached it."""
+    evidence = tmp_path / "evidence"
+    heartbeat, armed = (
+        CrashPoint.parse(HEARTBEAT),
+        CrashPoint.parse("session:destroy:idle->expired:after_commit"),
+    )
+    faults = Faults([armed], evidence=evidence)
+    faults.reached(heartbeat)
+    faults.reached(heartbeat)
+    with pytest.raises(InjectedCrash):
+        faults.reached(armed)
+    faults.reached(armed)  # a point kills once: recovery passes it again
+    assert faults.trail == [heartbeat, heartbeat, armed, armed]
+    assert (faults.fired, faults.fired_at) == ([armed], [2])
+    pid = os.getpid()
+    assert evidence.read_text("utf-8").splitlines() == [
+        f"reached {heartbeat.name} {pid}",
+        f"reached {armed.name} {pid}",
+    ]

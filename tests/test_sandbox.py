@@ -262,18 +262,24 @@ def test_corrupt_snapshots(sandbox: Sandbox) -> None:
     flipped[-10] ^= 0x01
     bad_digest = bytearray(sealed)
     bad_digest[len(b"LGSNAP\x00\x01") + 1 + len(MONTY_VERSION)] ^= 0xFF
+    checksum, foreign = "its checksum does not match", "it is not a Lockgate snapshot"
     cases = {
-        "flipped payload bit": bytes(flipped),
-        "flipped digest": bytes(bad_digest),
-        "truncated": sealed[:-1],
-        "header only": sealed[:20],
-        "raw monty dump": unseal(sealed)[0],
-        "empty": b"",
+        "flipped payload bit": (bytes(flipped), checksum),
+        "flipped digest": (bytes(bad_digest), checksum),
+        "truncated": (sealed[:-1], checksum),
+        "header only": (sealed[:20], checksum),
+        "no version": (sealed[: len(b"LGSNAP\x00\x01")], "its header is unreadable"),
+        "raw monty dump": (unseal(sealed)[0], foreign),
+        "empty": (b"", foreign),
     }
-    for name, blob in cases.items():
+    for name, (blob, detail) in cases.items():
         with pytest.raises(SnapshotCorrupt) as info:
             sandbox.resume(blob, Returned(None), principal=P)
         assert info.value.code is ErrorCode.SNAPSHOT_CORRUPT, name
+        assert info.value.message == (
+            f"the stored snapshot of this paused execution is damaged ({detail}); it cannot "
+            "be resumed"
+        ), name
     with pytest.raises(SnapshotCorrupt):
         sealed_version(b"not a snapshot")
     # A well-sealed dump that Monty refuses is corrupt too, not a crash.
