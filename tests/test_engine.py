@@ -109,6 +109,9 @@ def test_a_call_needing_approval_pauses_with_everything_stored_at_once(
     assert view.status is ExecutionStatus.WAITING_FOR_INTERACTION
     assert view.pending is not None
     assert view.pending.tool == "notes.write"
+    assert view.pending.message == (
+        "Approve the call to tools.notes.write? Review the arguments before you accept."
+    )
     assert view.pending.arguments_preview == {"key": "k", "text": "v"}
     assert view.pending.deadline is not None
     row = row_of(rt, view.id)
