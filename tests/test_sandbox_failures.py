@@ -61,6 +61,22 @@ def test_the_code_s_own_error_that_names_a_limit_is_its_own_error(
     assert step.message == f"ValueError: {text} (line 1)"
 
 
+def test_a_tool_result_the_sandbox_cannot_hold_fails_the_code_with_the_sandbox_s_words(
+    sandbox: Sandbox,
+) -> None:
+    """A tool (an operator's own Python, say) may answer with an object, not a JSON value:
+    the code fails with the sandbox's own explanation, not a crash of the server."""
+    step = suspended(sandbox.start("tools.notes.read()", principal=P))
+    done = failed(
+        sandbox.resume(step.snapshot, Returned(object()), principal=P),
+        FailureReason.RUNTIME_ERROR,
+    )
+    assert done.message == (
+        "TypeError: Cannot convert builtins.object to Monty value — wrap class instances in "
+        "pydantic_monty.ClassInstance(...)"
+    )
+
+
 def test_awaiting_a_tool_stops_before_the_tool_runs(sandbox: Sandbox) -> None:
     step = failed(sandbox.start("await tools.notes.read()", principal=P), FailureReason.UNSUPPORTED)
     assert "without `await`" in step.message
