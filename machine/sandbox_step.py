@@ -163,7 +163,10 @@ class StepDriver:
             else:
                 message = f"the sandbox process stopped unexpectedly ({e}); the execution is lost"
             return Failed(FailureReason.SANDBOX_CRASHED, message, logs.text())
-        except MontyError as e:  # e.g. a result Monty cannot convert
+        except MontyError as e:
+            # Monty's other errors (a lost connection to the worker, a shutdown not of our
+            # making): the code fails with Monty's words rather than the server with an
+            # internal error. A result Monty cannot convert is a MontyRuntimeError, above.
             return Failed(FailureReason.RUNTIME_ERROR, str(e), logs.text())
 
     def _answer(self, snap: SyncSnapshot) -> SyncSnapshot:
