@@ -92,9 +92,10 @@ def test_failed_read_is_still_logged(notes: NotesSource) -> None:
 
 
 def test_notes_persist_across_instances(tmp_path: Path) -> None:
-    first = NotesSource(tmp_path)
+    # A notes folder the operator named but never made is made, its parents too.
+    first = NotesSource(tmp_path / "data" / "notes")
     call(first, "write", key="k", text="kept")
-    second = NotesSource(tmp_path)
+    second = NotesSource(tmp_path / "data" / "notes")
     assert call(second, "read", key="k") == {"key": "k", "text": "kept"}
     call(second, "write", key="j", text="also")
     assert call(first, "list") == ["j", "k"]  # no stale cache in the first instance

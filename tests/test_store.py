@@ -97,10 +97,18 @@ def test_a_stale_writer_gets_a_conflict_and_nothing_is_written(engine: Engine) -
 def test_the_store_refuses_undeclared_edges_and_non_initial_inserts(engine: Engine) -> None:
     store = SqlStore(engine)
     new_execution(store)
-    with pytest.raises(IllegalTransition, match="'complete' to 'completed'"):
+    with pytest.raises(IllegalTransition) as refused:
         store.commit([Change("execution", "e1", "complete", "pending", "completed", 0, {})])
-    with pytest.raises(IllegalTransition, match="'insert' to 'running'"):
+    assert refused.value.message == (
+        "execution e1: 'complete' to 'completed' is not a transition the spec declares from "
+        "'pending'"
+    )
+    with pytest.raises(IllegalTransition) as refused:
         new_execution(store, "e2", status="running")
+    assert refused.value.message == (
+        "execution e2: 'insert' to 'running' is not a transition the spec declares from "
+        "'(new)'"
+    )
 
 
 def test_sqlite_runs_in_wal_mode_with_full_sync_and_a_busy_timeout(tmp_path: object) -> None:
