@@ -11,7 +11,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, event
-from sqlmodel import select
+from sqlmodel import col, select
 
 from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.migrate import (
@@ -76,6 +76,28 @@ def test_a_transition_is_a_conditional_update_with_an_audit_row(engine: Engine) 
     ]
 
 
+def test_each_commit_s_transitions_share_one_transaction_id_of_their_own(engine: Engine) -> None:
+    """The trace check reads which transitions were written together from this id (a
+    composition's steps must be, a fenced recovery step must carry its fence); rows with
+    none are taken as written before it existed, and skip those checks."""
+    store = SqlStore(engine)
+    for execution_id in ("e1", "e2", "e3"):
+        new_execution(store, execution_id)
+    store.commit(
+        [
+            Change("execution", "e1", "start", "pending", "running", 0, {}),
+            Change("execution", "e2", "start", "pending", "running", 0, {}),
+        ]
+    )
+    store.commit([Change("execution", "e3", "start", "pending", "running", 0, {})])
+    with store.session() as s:
+        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
+    assert [t.record_id for t in log] == ["e1", "e2", "e3"]
+    together, also, alone = (t.txn for t in log)
+    assert isinstance(together, str) and together and isinstance(alone, str) and alone
+    assert together == also != alone
+
+
 def test_a_stale_writer_gets_a_conflict_and_nothing_is_written(engine: Engine) -> None:
     store = SqlStore(engine)
     new_execution(store, "e1")
@@ -106,8 +128,7 @@ def test_the_store_refuses_undeclared_edges_and_non_initial_inserts(engine: Engi
     with pytest.raises(IllegalTransition) as refused:
         new_execution(store, "e2", status="running")
     assert refused.value.message == (
-        "execution e2: 'insert' to 'running' is not a transition the spec declares from "
-        "'(new)'"
+        "execution e2: 'insert' to 'running' is not a transition the spec declares from '(new)'"
     )
 
 
