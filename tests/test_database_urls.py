@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.machine.db.connect import sqlite_file
+from lockgate.machine.db.connect import open_engine, sqlite_file
 from lockgate.machine.db.migrate import DatabaseNotMigrated, MigrationFailed, upgrade_database
 
 
@@ -23,6 +23,30 @@ from lockgate.machine.db.migrate import DatabaseNotMigrated, MigrationFailed, up
 )
 def test_a_database_kept_in_no_file_has_none(url: str) -> None:
     assert sqlite_file(url) is None
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_database_opens_and_makes_no_folder(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    engine = open_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    finally:
+        engine.dispose()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sqlite_file_s_missing_folders_are_made(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path}/data/lockgate/lockgate.db")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    finally:
+        engine.dispose()
+    assert (tmp_path / "data" / "lockgate" / "lockgate.db").is_file()
 
 
 def test_a_sqlite_file_is_where_the_url_says(tmp_path: Path) -> None:
