@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, event
 from sqlmodel import col, select
 
-from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.connect import TRANSACTIONS, OpenTransactions, open_engine
 from lockgate.machine.db.migrate import (
     DatabaseNotMigrated,
     current_revision,
@@ -27,6 +27,7 @@ from lockgate.machine.errors import Conflict, IllegalTransition
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
+from tests.support.threads import InThread
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -203,3 +204,37 @@ def test_postgres_is_never_migrated_behind_the_operators_back(
 def test_sqlite_is_migrated_automatically(tmp_path: object) -> None:
     engine = prepare_database(Settings(database_url=f"sqlite:///{tmp_path}/auto.db"))
     assert current_revision(engine) == head_revision(engine)
+
+
+def test_a_pause_waits_for_the_open_transaction_and_holds_off_new_ones() -> None:
+    """The real-process simulation stops a process only while it holds no SQLite
+    transaction (a stopped holder would block every other instance on the file)."""
+    transactions = OpenTransactions()
+    order: list[str] = []
+    transactions.enter()
+
+    def pause() -> None:
+        with transactions.none_open():
+            order.append("paused")
+            began.append(InThread(lambda: (transactions.enter(), order.append("began"))))
+            order.append("resumed")
+
+    began: list[InThread] = []
+    paused = InThread(pause)
+    order.append("committed")
+    transactions.leave()
+    paused.result()
+    began[0].result()
+    assert order == ["committed", "paused", "resumed", "began"]
+
+
+def test_the_process_holds_no_transaction_once_a_commit_is_done(engine: Engine) -> None:
+    store = SqlStore(engine)
+    new_execution(store)
+    store.commit([Change("execution", "e1", "start", "pending", "running", 0, {})])
+
+    def pause() -> bool:
+        with TRANSACTIONS.none_open():
+            return True
+
+    assert InThread(pause).result() is True
