@@ -238,3 +238,21 @@ def test_the_process_holds_no_transaction_once_a_commit_is_done(engine: Engine) 
             return True
 
     assert InThread(pause).result() is True
+
+
+def test_instants_are_kept_whatever_the_database_server_s_time_zone(engine: Engine) -> None:
+    """PostgreSQL reads a time without a zone in its session's zone: the store hands it aware
+    UTC times, so a server set to another zone (here +05:30) stores the same instants."""
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"ALTER DATABASE \"{engine.url.database}\" SET timezone TO 'Asia/Kolkata'"
+            )
+        engine.dispose()  # new connections take the database's zone
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW timezone").scalar() == "Asia/Kolkata"
+    store = SqlStore(engine)
+    new_execution(store)
+    with store.session() as s:
+        row = s.get(Execution, "e1")
+        assert row is not None and row.created_at == NOW
