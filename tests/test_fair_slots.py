@@ -207,8 +207,11 @@ def test_many_threads_never_exceed_either_bound() -> None:
 
 
 def test_bounds_are_checked() -> None:
-    for capacity, per_principal in ((0, 1), (1, 0), (-1, 2)):
-        with pytest.raises(ValueError, match="at least 1"):
+    for capacity, per_principal, which in ((0, 1, "capacity"), (1, 0, "per_principal")):
+        with pytest.raises(ValueError) as refused:
             FairSlots(capacity, per_principal)
+        assert str(refused.value) == f"FairSlots {which} must be at least 1"
+    with pytest.raises(ValueError, match="capacity must be at least 1"):
+        FairSlots(-1, 2)
     # A share larger than the pool is the pool.
     assert FairSlots(capacity=2, per_principal=5).per_principal == 2

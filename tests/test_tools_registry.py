@@ -107,8 +107,10 @@ def test_sources_satisfy_the_protocol() -> None:
 
 
 def test_duplicate_source_is_refused(registry: ToolRegistry) -> None:
-    with pytest.raises(InvalidToolSource, match="'notes' is already registered"):
+    with pytest.raises(InvalidToolSource) as refused:
         registry.register(NotesSource())
+    assert "a tool source named 'notes' is already registered" in refused.value.message
+    assert refused.value.hint == "Give each source a distinct name."
 
 
 @pytest.mark.parametrize("name", ["tools", "not-valid", "class"])
