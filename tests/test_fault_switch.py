@@ -66,15 +66,23 @@ def test_the_crash_variables_alone_arm_nothing(
 
 
 def test_an_armed_server_keeps_a_bounded_record(
-    runtime_settings: Settings, made: list[Runtime], monkeypatch: pytest.MonkeyPatch
+    runtime_settings: Settings,
+    made: list[Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Switched on, a long-lived server still keeps no trail of every point it passed: its
     evidence file says what it reached, and the per-point counts are bounded by the spec."""
     monkeypatch.setenv("LOCKGATE_STOP_AT", "")
     monkeypatch.setenv("LOCKGATE_CRASH_AT", "session:destroy:idle->expired:after_commit")
     switched = runtime_settings.model_copy(update={"fault_injection": True})
-    runtime = Runtime.create(switched)
+    with caplog.at_level(logging.WARNING):
+        runtime = Runtime.create(switched)
     made.append(runtime)
+    assert (
+        "fault injection is ON: this server obeys LOCKGATE_CRASH_AT, LOCKGATE_STOP_AT, "
+        "LOCKGATE_FAULT_EVIDENCE"
+    ) in [r.getMessage() for r in caplog.records]
     for _ in range(50):
         runtime.maintain()
     faults = runtime.engine.write.faults
