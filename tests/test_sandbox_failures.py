@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from typing import cast
 
 import pytest
+from pydantic import JsonValue
 
 from lockgate.machine.sandbox import FailureReason, Finished, Returned, Sandbox
 from tests.support.sandboxes import P, failed, run, suspended
@@ -64,11 +66,11 @@ def test_the_code_s_own_error_that_names_a_limit_is_its_own_error(
 def test_a_tool_result_the_sandbox_cannot_hold_fails_the_code_with_the_sandbox_s_words(
     sandbox: Sandbox,
 ) -> None:
-    """A tool (an operator's own Python, say) may answer with an object, not a JSON value:
+    """A tool (an operator's own Python, say) may break its type and answer with an object:
     the code fails with the sandbox's own explanation, not a crash of the server."""
     step = suspended(sandbox.start("tools.notes.read()", principal=P))
     done = failed(
-        sandbox.resume(step.snapshot, Returned(object()), principal=P),
+        sandbox.resume(step.snapshot, Returned(cast(JsonValue, object())), principal=P),
         FailureReason.RUNTIME_ERROR,
     )
     assert done.message == (

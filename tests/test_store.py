@@ -213,10 +213,14 @@ def test_a_pause_waits_for_the_open_transaction_and_holds_off_new_ones() -> None
     order: list[str] = []
     transactions.enter()
 
+    def begin() -> None:
+        transactions.enter()
+        order.append("began")
+
     def pause() -> None:
         with transactions.none_open():
             order.append("paused")
-            began.append(InThread(lambda: (transactions.enter(), order.append("began"))))
+            began.append(InThread(begin))
             order.append("resumed")
 
     began: list[InThread] = []
