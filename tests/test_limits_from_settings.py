@@ -39,13 +39,16 @@ def test_logs_are_cut_at_the_setting(make_runtime: MakeRuntime) -> None:
 def test_every_setting_reaches_the_part_that_applies_it(make_runtime: MakeRuntime) -> None:
     """Each setting differs from its default, so a setting that is not passed on (the part
     keeping its own default) shows."""
+    same_name = {
+        "max_duration_secs": 7,
+        "max_memory_bytes": 64 * 1024 * 1024,
+        "max_recursion_depth": 90,
+        "max_calls": 12,
+        "max_log_chars": 6000,
+    }
     runtime = make_runtime(
-        max_duration_secs=7,
-        max_memory_bytes=64 * 1024 * 1024,
-        max_recursion_depth=90,
-        max_calls=12,
+        **same_name,
         max_result_bytes=5000,
-        max_log_chars=6000,
         sandbox_workers=3,
         max_workers_per_principal=2,
         conservative_recovery=True,
@@ -57,14 +60,7 @@ def test_every_setting_reaches_the_part_that_applies_it(make_runtime: MakeRuntim
         session_cap=timedelta(minutes=9),
     )
     sandbox = runtime.sandbox
-    assert sandbox.limits == SandboxLimits(
-        max_duration_secs=7,
-        max_memory_bytes=64 * 1024 * 1024,
-        max_recursion_depth=90,
-        max_calls=12,
-        max_output_bytes=5000,
-        max_log_chars=6000,
-    )
+    assert sandbox.limits == SandboxLimits(**same_name, max_output_bytes=5000)
     assert (sandbox.slots.capacity, sandbox.slots.per_principal) == (3, 2)
     assert runtime.engine.write.conservative is True
     assert (runtime.lease.name, runtime.lease.ttl) == ("instance-a", timedelta(seconds=40))
