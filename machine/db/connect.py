@@ -62,8 +62,24 @@ TRANSACTIONS = OpenTransactions()
 
 _OPEN = "lockgate_transaction_open"
 
+#: The execution option of `reader`'s connections.
+_READ_ONLY = "lockgate_read_only"
 
-def _begin_immediate(conn: Any) -> None:
+
+def reader(engine: Engine) -> Engine:
+    """`engine` for reads: the same pool and events, but on SQLite its transactions begin
+    DEFERRED. In WAL mode a reader takes no lock and reads the last committed state, so a
+    read never queues behind another transaction's commit and fsync, as `BEGIN IMMEDIATE`
+    does. A transaction that writes must not use it: one that read first and then writes
+    can fail at once (SQLITE_BUSY_SNAPSHOT) when another writer committed in between."""
+    return engine.execution_options(**{_READ_ONLY: True})
+
+
+def _begin(conn: Any) -> None:
+    if conn.get_execution_options().get(_READ_ONLY):
+        # Not counted in TRANSACTIONS: a paused reader holds no lock another instance waits on.
+        conn.exec_driver_sql("BEGIN")
+        return
     TRANSACTIONS.enter()
     try:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -120,8 +136,9 @@ def open_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         # pysqlite's own transaction handling defers BEGIN; take it over so a transaction
-        # that reads then writes holds the write lock from its first statement.
-        event.listen(engine, "begin", _begin_immediate)
+        # that reads then writes holds the write lock from its first statement (reads, on
+        # `reader(engine)`, take none).
+        event.listen(engine, "begin", _begin)
         event.listen(engine, "commit", _end)
         event.listen(engine, "rollback", _end)
 

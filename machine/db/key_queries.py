@@ -19,7 +19,7 @@ class KeyQueries(Queries):
     def add(self, key: ApiKey, principal: Principal) -> None:
         """Insert `key`, and its principal first unless one with that id exists, in one
         transaction: a key is never stored without its principal."""
-        with self._session() as s:
+        with self._write_session() as s:
             if s.get(Principal, principal.id) is None:
                 s.add(principal)
                 s.flush()
@@ -45,7 +45,7 @@ class KeyQueries(Queries):
     def revoke(self, key_id: str, at: datetime) -> ApiKey | None:
         """Mark the key revoked at `at`, unless it already was (its first revocation time
         is kept); returns the key as stored, or None when there is no such key."""
-        with self._session() as s:
+        with self._write_session() as s:
             row = s.get(ApiKey, key_id)
             if row is not None and row.revoked_at is None:
                 row.revoked_at = at
