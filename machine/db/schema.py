@@ -79,6 +79,22 @@ class Execution(SQLModel, table=True):
             sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
             postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
         ),
+        # The live index's companions for one principal's or one session's live work (the
+        # admission limits on every `execute`, the session lease's counts): over live rows
+        # only, so those reads cost what the principal or session has live, not its history.
+        Index(
+            "ix_executions_live_principal",
+            "principal_id",
+            "status",
+            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+        ),
+        Index(
+            "ix_executions_live_session",
+            "session_id",
+            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
+        ),
         Index("ix_executions_principal", "principal_id", "created_at"),
         # One execution per client idempotency key and principal: the store itself refuses
         # a second, so two racing retries of one lost `execute` cannot both start one.
