@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bench.counting import count
+from bench.history import history_cost
 from bench.machine import describe
 from bench.report import render
 from bench.simulator import simulator_throughput
@@ -117,6 +118,8 @@ def main() -> None:
             finally:
                 server.stop()  # type: ignore[attr-defined]
         results["simulator"] = simulator_throughput(smoke=args.smoke)
+        (work / "history").mkdir()
+        results["history"] = history_cost(work / "history", smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(render(results))
