@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.counting import count
 from bench.history import history_cost
 from bench.machine import describe
+from bench.mcp_throughput import mcp_throughput
 from bench.report import render
 from bench.simulator import simulator_throughput
 
@@ -118,6 +119,8 @@ def main() -> None:
             finally:
                 server.stop()  # type: ignore[attr-defined]
         results["simulator"] = simulator_throughput(smoke=args.smoke)
+        (work / "mcp").mkdir()
+        results["mcp"] = mcp_throughput(work / "mcp", smoke=args.smoke)
         (work / "history").mkdir()
         results["history"] = history_cost(work / "history", smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
