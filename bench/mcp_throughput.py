@@ -79,9 +79,10 @@ def start_lockgate(workdir: Path) -> Side:
     env.update(
         DATABASE_URL=f"sqlite:///{workdir / 'lockgate.db'}",
         LOCKGATE_NOTES_DIR=str(workdir / "notes"),
-        # The admission limits are per principal, and every client here is the one local
-        # principal: raised so that they measure the server, not the limit.
+        # The admission and rate limits are per principal, and every client here is the one
+        # local principal: raised so that the case measures the server, not the limits.
         LOCKGATE_MAX_RUNNING_PER_PRINCIPAL="64",
+        LOCKGATE_MAX_REQUESTS_PER_MINUTE="1000000",
     )
     output = workdir / "lockgate.out"
     side = Side([str(LOCKGATE), "serve", "--port", str(port)], env, port, "/readyz", output)
