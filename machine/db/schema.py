@@ -67,34 +67,23 @@ class Instance(SQLModel, table=True):
     lease_until: datetime = Field(sa_column=_when())
 
 
+def _live_index(name: str, *columns: str) -> Index:
+    """A partial index over live executions only (the statuses that are not terminal)."""
+    live = f"status IN ({_LIVE_EXECUTION_STATUSES})"
+    return Index(name, *columns, sqlite_where=text(live), postgresql_where=text(live))
+
+
 class Execution(SQLModel, table=True):
     __tablename__ = "executions"
     __table_args__ = (
         # The live index: recovery and the claim loop read non-terminal executions only, so
         # their cost grows with live work, never with history.
-        Index(
-            "ix_executions_live",
-            "status",
-            "owner",
-            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-        ),
-        # The live index's companions for one principal's or one session's live work (the
-        # admission limits on every `execute`, the session lease's counts): over live rows
-        # only, so those reads cost what the principal or session has live, not its history.
-        Index(
-            "ix_executions_live_principal",
-            "principal_id",
-            "status",
-            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-        ),
-        Index(
-            "ix_executions_live_session",
-            "session_id",
-            sqlite_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-            postgresql_where=text(f"status IN ({_LIVE_EXECUTION_STATUSES})"),
-        ),
+        _live_index("ix_executions_live", "status", "owner"),
+        # Its companions for one principal's or one session's live work (the admission
+        # limits on every `execute`, the session lease's counts): over the same rows, so
+        # those reads cost what the principal or session has live, not its history.
+        _live_index("ix_executions_live_principal", "principal_id", "status"),
+        _live_index("ix_executions_live_session", "session_id"),
         Index("ix_executions_principal", "principal_id", "created_at"),
         # One execution per client idempotency key and principal: the store itself refuses
         # a second, so two racing retries of one lost `execute` cannot both start one.
