@@ -39,9 +39,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at (None before the first migration). Read from
-    Alembic's own table with one query, as Alembic's `MigrationContext` reads it, without
-    importing Alembic."""
+    """The revision the database is at (None before the first migration): read from
+    Alembic's own table, as Alembic's `MigrationContext` reads it, without importing
+    Alembic (whether the table exists, then its row)."""
     with engine.connect() as conn:
         if not inspect(conn).has_table("alembic_version"):
             return None
@@ -55,7 +55,7 @@ def head_revision() -> str:
 
 
 def upgrade_if_behind(engine: Engine) -> None:
-    """Migrate only when the schema is behind: a started process checks in one query."""
+    """Migrate only when the schema is behind: a started process only reads its revision."""
     if current_revision(engine) != HEAD_REVISION:
         upgrade(engine)
 
