@@ -18,24 +18,19 @@ transition log), inserted in bulk: the loops read executions, through the live i
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from sqlalchemy import insert
 
+from bench.servers import lockgate_env, lockgate_serve
 from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.db.schema import Execution
-from lockgate.simulation.ports import free_port
 
-LOCKGATE = Path(sys.executable).with_name("lockgate")
 BATCH = 20_000
-READY_LIMIT_SECS = 120.0
 #: After ready, the boot's own recovery and first sweeps settle before the window opens.
 SETTLE_SECS = 3.0
 
@@ -84,43 +79,18 @@ def _cpu_seconds(pid: int) -> float:
 
 def measure(url: str, workdir: Path, window: float) -> dict[str, float]:
     """Start a server on `url`; the seconds it took to be ready and its idle CPU share."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    env.update(DATABASE_URL=url, LOCKGATE_NOTES_DIR=str(workdir / "notes"))
-    started = time.monotonic()
-    server = subprocess.Popen(
-        [str(LOCKGATE), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = lockgate_serve(lockgate_env(url, workdir), workdir / "lockgate.out")
     try:
-        with httpx2.Client(timeout=2.0) as http:
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError(f"lockgate serve exited: {server.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-                try:
-                    if http.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                        break
-                except httpx2.TransportError:
-                    pass
-                if time.monotonic() - started > READY_LIMIT_SECS:
-                    raise RuntimeError("lockgate serve was not ready in time")
-                time.sleep(0.01)  # a poll interval of the measurement, not a wait for an event
-        boot = time.monotonic() - started
         time.sleep(SETTLE_SECS)
         before, opened = _cpu_seconds(server.pid), time.monotonic()
         time.sleep(window)
         spent, elapsed = _cpu_seconds(server.pid) - before, time.monotonic() - opened
-        return {"boot_seconds": round(boot, 3), "idle_cpu_percent": round(100 * spent / elapsed, 2)}
+        return {
+            "boot_seconds": round(server.ready_seconds, 3),
+            "idle_cpu_percent": round(100 * spent / elapsed, 2),
+        }
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        server.stop()
 
 
 def history_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:

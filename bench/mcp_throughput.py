@@ -18,7 +18,6 @@ import asyncio
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,78 +27,42 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from lockgate.simulation.ports import free_port
+from bench.servers import ServerProcess, lockgate_env, lockgate_serve
 
-LOCKGATE = Path(sys.executable).with_name("lockgate")
 KEY = re.compile(r"lg_[A-Za-z0-9_\-]+")
-READY_LIMIT_SECS = 60.0
 
 
 class Side:
-    """One server process: its URL and the Bearer key its clients send (None: no auth)."""
+    """One side of the case: its server, its MCP URL, and the Bearer key its clients send
+    (None: no auth)."""
 
-    def __init__(
-        self, command: list[str], env: dict[str, str], port: int, ready: str, output: Path
-    ) -> None:
-        self.url = f"http://127.0.0.1:{port}/mcp"
-        #: What the process prints, in a file: a pipe nobody reads would fill and stall it.
-        self.output = output
-        with output.open("w") as sink:
-            self.process = subprocess.Popen(
-                command, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True
-            )
-        self.key: str | None = None
-        started = time.monotonic()
-        with httpx2.Client(timeout=2.0) as http:
-            while True:
-                if self.process.poll() is not None:
-                    printed = output.read_text()[-2000:]
-                    raise RuntimeError(f"{command[:3]} exited before ready: {printed}")
-                try:
-                    if http.get(f"http://127.0.0.1:{port}{ready}").status_code < 500:
-                        break
-                except httpx2.TransportError:
-                    pass
-                if time.monotonic() - started > READY_LIMIT_SECS:
-                    raise RuntimeError(f"{command[:3]} was not ready in time")
-                time.sleep(0.05)  # a poll interval of the set-up, not a wait for an event
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def __init__(self, server: ServerProcess, key: str | None) -> None:
+        self.server, self.key = server, key
+        self.url = f"{server.base_url}/mcp"
 
 
 def start_lockgate(workdir: Path) -> Side:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    env.update(
-        DATABASE_URL=f"sqlite:///{workdir / 'lockgate.db'}",
-        LOCKGATE_NOTES_DIR=str(workdir / "notes"),
+    env = lockgate_env(
+        f"sqlite:///{workdir / 'lockgate.db'}",
+        workdir,
         # The admission and rate limits are per principal, and every client here is the one
         # local principal: raised so that the case measures the server, not the limits.
         LOCKGATE_MAX_RUNNING_PER_PRINCIPAL="64",
         LOCKGATE_MAX_REQUESTS_PER_MINUTE="1000000",
     )
-    output = workdir / "lockgate.out"
-    side = Side([str(LOCKGATE), "serve", "--port", str(port)], env, port, "/readyz", output)
+    server = lockgate_serve(env, workdir / "lockgate.out")
     # The first boot on a fresh database creates the local principal's key and prints it
     # before it serves.
-    found = KEY.search(output.read_text())
+    found = KEY.search(server.printed())
     if found is None:
-        side.stop()
-        raise RuntimeError(f"lockgate serve printed no key: {output.read_text()[-2000:]}")
-    side.key = found.group(0)
-    return side
+        server.stop()
+        raise RuntimeError(f"lockgate serve printed no key: {server.printed()[-2000:]}")
+    return Side(server, found.group(0))
 
 
 def start_plain(workdir: Path) -> Side:
-    port = free_port()
-    command = [sys.executable, "-m", "bench.plain_server", str(port)]
-    return Side(command, dict(os.environ), port, "/mcp", workdir / "plain.out")
+    command = [sys.executable, "-m", "bench.plain_server"]
+    return Side(ServerProcess(command, dict(os.environ), "/mcp", workdir / "plain.out"), None)
 
 
 class Window:
@@ -157,7 +120,12 @@ def drive(side: Side, clients: int, seconds: float) -> dict[str, Any]:
 
 def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
     counts, seconds = ((1, 2), 1.0) if smoke else ((1, 8, 32), 8.0)
-    lockgate, plain = start_lockgate(workdir), start_plain(workdir)
+    lockgate = start_lockgate(workdir)
+    try:
+        plain = start_plain(workdir)
+    except BaseException:
+        lockgate.server.stop()
+        raise
     try:
         rows = []
         for clients in counts:
@@ -170,5 +138,5 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
             )
         return {"seconds": seconds, "rows": rows}
     finally:
-        lockgate.stop()
-        plain.stop()
+        lockgate.server.stop()
+        plain.server.stop()
