@@ -36,7 +36,7 @@ READS: dict[str, Callable[[SqlStore], object]] = {
     "the claim loop's pending queue": lambda store: store.executions.pending_ids(50),
     "the expiry sweep's due approvals": lambda store: store.executions.paused_due(NOW),
     "a session's live work": lambda store: store.executions.live_statuses(session_id="s1"),
-    "a principal's live work": lambda store: store.executions.live_statuses(principal_id="a"),
+    "a principal's live work": lambda store: store.executions.live_statuses(principal_id="alice"),
     "a principal's paused count": lambda store: store.executions.paused_count("alice"),
     "the live-executions gauge": lambda store: store.metrics.live_executions_by_status(),
 }
