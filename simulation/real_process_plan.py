@@ -23,15 +23,18 @@ class Planned:
 #: Points a real process reaches only when a wall-clock interval happens to fall inside a
 #: short window. A heartbeat while the instance drains: the drain lasts about one heartbeat
 #: interval. A dead incarnation's session released from `active`: only if a request of it
-#: was still in flight at the moment of death. A fault-free run may reach one and its
-#: crashed twin not (both were seen), so armed there a run would fail for the clock's sake;
-#: the in-process sweep, on a fake clock, crashes them.
+#: was still in flight at the moment of death. A session closed from `active`: only if the
+#: official client's DELETE reaches the server before the server has seen that client's own
+#: GET stream end (the client ends both at once as it leaves the session). A fault-free run
+#: may reach one and its crashed twin not (all three were seen), so armed there a run would
+#: fail for the clock's sake; the in-process sweep, on a fake clock, crashes them.
 TIMED = frozenset(
     CrashPoint.parse(name)
     for moment in ("before_commit", "after_commit")
     for name in (
         f"instance:heartbeat:draining->draining:{moment}",
         f"session:release:active->idle:{moment}",
+        f"session:close:active->closed:{moment}",
     )
 )
 
