@@ -49,7 +49,7 @@ from lockgate.machine.tools.registry import (
     make_idempotency_key,
 )
 from lockgate.machine.values import limit_size, to_json
-from lockgate.machine.write_path import Step, WritePath
+from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
 
 log = logging.getLogger("lockgate.engine")
@@ -99,6 +99,38 @@ REFUSED = "PermissionError"
 ARGUMENTS_PREVIEW_BYTES = 4096
 
 
+#: The events of a call made with no intent written first (spec: `Composition.carried`):
+#: its outcome, good or bad.
+AT_LEAST_ONCE = ("succeed_at_least_once", "fail_at_least_once")
+#: A call made at once was sent once.
+_ONE = {"attempts": 1}
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """What commits with a new call's first step: the execution's checkpoint and the
+    call's row (None for a stored call), and the calls carried so far."""
+
+    checkpoint: Step | None
+    row: ToolCall | None
+    carried: Carried | None
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return (self.checkpoint,) if self.checkpoint is not None else ()
+
+    @property
+    def inserts(self) -> tuple[ToolCall, ...]:
+        return (self.row,) if self.row is not None else ()
+
+
+def _outcome(tool: Tool, done: _Dispatched) -> ToolOutcome:
+    """What the code sees of a tool call's result."""
+    if done.error is None:
+        return Returned(done.value)
+    return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
+
+
 class HandBack(Exception):
     """Raised inside a drive, at a step boundary, once this instance hands its work back."""
 
@@ -123,7 +155,12 @@ class Dispatcher:
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
 
-    def call(self, ex: ExecutionRecord, suspended: Suspended, seq: int) -> SandboxStep | None:
+    def call(
+        self, ex: ExecutionRecord, suspended: Suspended, seq: int, carried: Carried
+    ) -> SandboxStep | None:
+        """The code's call number `seq`: journal it and carry it to its outcome (or pause
+        the execution for approval). `carried` holds the journal entries of calls made
+        since the execution's last durable commit; they commit with the next one."""
         request = suspended.request
         call_id = make_idempotency_key(ex.id, seq)
         try:
@@ -147,7 +184,7 @@ class Dispatcher:
                         f"tools.{existing.tool}: the code is not deterministic",
                     ),
                 )
-            return self.advance(ex, record_of(existing), suspended.snapshot)
+            return self.advance(ex, record_of(existing), suspended.snapshot, carried)
         now = self.clock()
         row = ToolCall(
             id=call_id,
@@ -161,29 +198,53 @@ class Dispatcher:
             created_at=now,
             updated_at=now,
         )
+        call = record_of(row)
+        decision = self.policy.decide(tool.spec)
+        if decision is PolicyDecision.APPROVE and self.write.allows(Step(call, AT_LEAST_ONCE[0])):
+            # May be made again (idempotent, retries allowed): no commit of its own.
+            ex.typed.calls_made = seq  # committed with the next durable step
+            outcome = self._call_at_least_once(ex, call, row, carried)
+            return self.resume_sandbox(ex, suspended.snapshot, outcome)
         checkpoint = self.settings.checkpoint_every_call
-        self.write.apply(
-            Step(
-                ex,
-                "checkpoint",
-                {"snapshot": suspended.snapshot if checkpoint else ex.typed.snapshot},
-                data={
-                    "calls_made": seq,
-                    "logs": ex.typed.logs,
-                    **(
-                        {"snapshot_call": seq, "runtime_version": MONTY_VERSION}
-                        if checkpoint
-                        else {}
-                    ),
-                },
-            ),
-            inserts=[row],
+        # The call's row commits with the policy's decision and the execution's checkpoint,
+        # in one transaction (with the calls carried so far).
+        first = Step(
+            ex,
+            "checkpoint",
+            {"snapshot": suspended.snapshot if checkpoint else ex.typed.snapshot},
+            data={
+                "calls_made": seq,
+                "logs": ex.typed.logs,
+                **({"snapshot_call": seq, "runtime_version": MONTY_VERSION} if checkpoint else {}),
+            },
         )
-        return self.advance(ex, record_of(row), suspended.snapshot)
+        opening = _Opening(first, row, carried)
+        if decision is PolicyDecision.BLOCK:
+            self.write.apply(
+                *opening.steps,
+                Step(call, "block"),
+                inserts=opening.inserts,
+                fence=ex,
+                carried=carried,
+            )
+            return self.resume_sandbox(ex, suspended.snapshot, self._settled_outcome(call))
+        if decision is PolicyDecision.APPROVE:
+            self.go_on()  # not sent yet: the next owner sends it
+            outcome = self._dispatch(ex, call, opening)
+            return self.resume_sandbox(ex, suspended.snapshot, outcome)
+        self._pause(ex, call, suspended.snapshot, opening)
+        return None
 
-    def advance(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> SandboxStep | None:
-        """Carry one journal row forward from whatever status it is in; returns the next
-        sandbox step, or None when the execution paused."""
+    def advance(
+        self,
+        ex: ExecutionRecord,
+        call: CallRecord,
+        snapshot: bytes,
+        carried: Carried | None = None,
+    ) -> SandboxStep | None:
+        """Carry one stored journal row forward from whatever status it is in; returns the
+        next sandbox step, or None when the execution paused. (A row rests in `requested`
+        only if an earlier version left it there at a crash.)"""
         tool_name = call.typed.tool
         while True:
             status = call.status
@@ -191,18 +252,18 @@ class Dispatcher:
                 tool = self.registry.get(tool_name)
                 decision = self.policy.decide(tool.spec)
                 if decision is PolicyDecision.BLOCK:
-                    self.write.apply(Step(call, "block"), fence=ex)
+                    self.write.apply(Step(call, "block"), fence=ex, carried=carried)
                 elif decision is PolicyDecision.APPROVE:
-                    self.write.apply(Step(call, "auto_approve"), fence=ex)
+                    self.write.apply(Step(call, "auto_approve"), fence=ex, carried=carried)
                 else:
-                    self._pause(ex, call, snapshot)
+                    self._pause(ex, call, snapshot, _Opening(None, None, carried))
                     return None
             elif status in (C.APPROVED, C.DISPATCHED):
                 if status == C.APPROVED:
                     self.go_on()  # not sent yet: the next owner sends it
                 # A dispatched call (a requeued execution's idempotent one) is already out:
                 # it is carried to its result, even while draining.
-                outcome = self._dispatch(ex, call)
+                outcome = self._dispatch(ex, call, _Opening(None, None, carried))
                 return self.resume_sandbox(ex, snapshot, outcome)
             else:
                 return self.resume_sandbox(ex, snapshot, self._settled_outcome(call))
@@ -235,9 +296,12 @@ class Dispatcher:
             return Raised(REFUSED, f"the call to {tool} was {verb} by the approver")
         raise RuntimeError(f"call {call.id} cannot be resumed from {status!r}")
 
-    def _pause(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> None:
+    def _pause(
+        self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes, opening: _Opening
+    ) -> None:
         deadline = self.clock() + self.settings.approval_ttl
         self.write.apply(
+            *opening.steps,
             Step(call, "request_approval", {"arguments_preview": call.typed.arguments_preview}),
             Step(
                 ex,
@@ -249,27 +313,65 @@ class Dispatcher:
                     "logs": ex.typed.logs,
                 },
             ),
+            inserts=opening.inserts,
+            # Checked before the row is inserted: a stale owner is refused as the conflict
+            # it is, not as a duplicate of the row the execution's new owner inserted.
+            fence=ex,
+            carried=opening.carried,
         )
 
-    def _dispatch(self, ex: ExecutionRecord, call: CallRecord) -> ToolOutcome:
+    def _dispatch(self, ex: ExecutionRecord, call: CallRecord, opening: _Opening) -> ToolOutcome:
+        """Intent first: the dispatch commits (with the call's approval and row when they are
+        new), then the tool runs, then its result commits."""
         tool = self.registry.get(call.typed.tool)
         arguments = call.typed.arguments
-        event = "dispatch" if call.status == C.APPROVED else "redispatch"
+        steps = list(opening.steps)
+        if call.status == C.REQUESTED:
+            steps.append(Step(call, "auto_approve"))
+        event = "redispatch" if call.status == C.DISPATCHED else "dispatch"
         attempts = call.typed.attempts + 1
         applied = self.write.apply(
+            *steps,
             Step(call, event, data={"attempts": attempts}),
             effect=lambda: self._invoke(
                 tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
             ),
+            inserts=opening.inserts,
             fence=ex,  # only while this instance still holds the execution
+            carried=opening.carried,
         )
         done = applied.effect_result
         assert done is not None
         if done.error is None:
             self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}), fence=ex)
-            return Returned(done.value)
-        self.write.apply(Step(call, "fail", {"result": {"error": done.error}}), fence=ex)
-        return Raised("RuntimeError", f"tools.{tool.spec.full_name} failed: {done.error}")
+        else:
+            self.write.apply(Step(call, "fail", {"result": {"error": done.error}}), fence=ex)
+        return _outcome(tool, done)
+
+    def _call_at_least_once(
+        self, ex: ExecutionRecord, call: CallRecord, row: ToolCall, carried: Carried
+    ) -> ToolOutcome:
+        """Call the tool now; its journal entry is carried to the next durable commit."""
+        tool = self.registry.get(call.typed.tool)
+        arguments = call.typed.arguments
+        self.go_on()
+
+        def settle(done: _Dispatched) -> Step:
+            if done.error is None:
+                return Step(call, AT_LEAST_ONCE[0], {"result": {"value": done.value}}, _ONE)
+            return Step(call, AT_LEAST_ONCE[1], {"result": {"error": done.error}}, _ONE)
+
+        done = self.write.carry(
+            carried,
+            settle,
+            AT_LEAST_ONCE,
+            lambda: self._invoke(
+                tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
+            ),
+            inserts=[row],
+            probe=call,
+        )
+        return _outcome(tool, done)
 
     def _invoke(
         self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: ExecutionRecord

@@ -44,7 +44,7 @@ from lockgate.machine.sandbox import (
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.registry import make_idempotency_key
 from lockgate.machine.values import limit_size, limit_text, to_json
-from lockgate.machine.write_path import Step, WritePath
+from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import ToolCallStatus as C
 
@@ -143,9 +143,11 @@ class Driver:
                 self._driven.wait(left)
         return True
 
-    def _hand_back(self, ex: ExecutionRecord) -> None:
+    def _hand_back(self, ex: ExecutionRecord, carried: Carried) -> None:
         """Back to the queue from the last checkpoint, released by this owner. Nothing the
-        step did since the checkpoint is stored (its logs are produced again by the rerun)."""
+        step did since the checkpoint is stored (its logs are produced again by the rerun),
+        but the journal entries of calls made at once since then are (`carried`): the next
+        owner answers them from the journal instead of making them again."""
         if ex.status != E.RUNNING:
             return
         latest = self.store.tool_calls.latest(ex.id)
@@ -155,20 +157,25 @@ class Driver:
             log.warning("execution %s has a call in flight; left to recovery", ex.id)
             return
         try:
-            self.write.apply(Step(ex, "hand_back"))
+            self.write.apply(Step(ex, "hand_back"), carried=carried)
         except Conflict:
             log.warning("execution %s changed under us while handing it back", ex.id)
             return
         log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
 
     def _drive_or_hand_back(self, ex: ExecutionRecord, first: FirstStep) -> None:
+        # The journal entries of calls made at once, waiting for the next durable commit
+        # (a hand back included). Dropped if the drive stops otherwise (a conflict, a
+        # failure): the execution goes on from its last durable checkpoint and makes those
+        # calls again.
+        carried = Carried()
         try:
             step, cursor = first()
-            self._drive(ex, step, cursor)
+            self._drive(ex, step, cursor, carried)
         except (HandBack, SandboxStopped):
             # The instance drains (its sandbox stopped under the step, or the next step was
             # not begun): not the execution's failure.
-            self._hand_back(ex)
+            self._hand_back(ex, carried)
         except Conflict:
             # Someone else moved it (recovery declared us dead, or it was cancelled): the
             # stored state is the truth and it is theirs now.
@@ -220,21 +227,25 @@ class Driver:
         joined = (ex.typed.logs or "") + new
         return limit_text(joined, self.settings.max_log_chars)
 
-    def _drive(self, ex: ExecutionRecord, step: SandboxStep | None, cursor: int) -> None:
+    def _drive(
+        self, ex: ExecutionRecord, step: SandboxStep | None, cursor: int, carried: Carried
+    ) -> None:
         while step is not None:
             logs = self._logs(ex, step.logs)
+            ended = {"logs": logs, "calls_made": ex.typed.calls_made}
             if isinstance(step, Finished):
                 result = limit_size(to_json(step.output), self.settings.max_result_bytes)
                 self.write.apply(
-                    Step(ex, "complete", {"outcome": {"result": result}}, data={"logs": logs})
+                    Step(ex, "complete", {"outcome": {"result": result}}, data=ended),
+                    carried=carried,
                 )
                 return
             if isinstance(step, Failed):
                 error = {"code": str(step.reason), "message": step.message}
                 self.write.apply(
-                    Step(ex, "fail", {"outcome": {"error": error}}, data={"logs": logs})
+                    Step(ex, "fail", {"outcome": {"error": error}}, data=ended), carried=carried
                 )
                 return
             ex.typed.logs = logs  # carried into the next checkpoint's commit
             cursor += 1
-            step = self.dispatcher.call(ex, step, cursor)
+            step = self.dispatcher.call(ex, step, cursor, carried)

@@ -59,7 +59,8 @@ class Settings(BaseSettings):
     conservative_recovery: bool = Field(
         default=False,
         description="After a crash, end every interrupted execution as interrupted and never "
-        "call a tool again, even a read-only one.",
+        "call a tool again, even a read-only one (so every call, reads too, is journaled "
+        "before it runs).",
     )
     fault_injection: bool = Field(
         default=False,

@@ -12,11 +12,12 @@ commit for effect-first ones).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 from lockgate.machine.bindings import BINDINGS, Facts
+from lockgate.machine.errors import GuardRefused, IllegalTransition
 from lockgate.machine.faults import Faults
 from lockgate.machine.machines import LifecycleMachine, build_machines
 from lockgate.machine.records import Change, Fence, Record
@@ -50,6 +51,20 @@ class Step:
             raise ValueError(f"{sorted(reserved)} change only through a transition")
 
 
+@dataclass
+class Carried:
+    """Steps whose effect already ran and that have no commit of their own (an idempotent
+    call's journal entry, `Composition.carried`), with the rows they need: they commit with
+    the next `apply` they are handed to, ahead of its own steps, and are then cleared. Lost
+    in a crash before that, which is what their transitions declare."""
+
+    steps: list[Step] = field(default_factory=list)
+    inserts: list[object] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+
 @dataclass(frozen=True)
 class Applied(Generic[T]):
     changes: tuple[Change, ...]
@@ -79,16 +94,25 @@ class WritePath:
         self.conservative = conservative
         #: Told about every committed transaction (metrics); they must not raise.
         self.observers: list[Callable[[tuple[Change, ...]], None]] = []
+        #: Told about every step carried (`carry`: its effect ran, its commit waits for
+        #: the next `apply`); they must not raise.
+        self.carry_observers: list[Callable[[Step], None]] = []
+
+    def _facts(self, step: Step, now: datetime) -> Facts:
+        return Facts(
+            now=now, record=step.record.fields, given=step.given, conservative=self.conservative
+        )
+
+    def _edge(self, step: Step, now: datetime) -> TransitionSpec:
+        """The declared edge `step` takes, its guards checked (its effects not run)."""
+        machine = self.machines[step.record.machine]
+        return machine.decide(
+            step.record.id, step.record.status, step.event, self._facts(step, now)
+        )
 
     def decide(self, step: Step, now: datetime) -> tuple[TransitionSpec, Change]:
-        machine = self.machines[step.record.machine]
-        facts = Facts(
-            now=now,
-            record=step.record.fields,
-            given=step.given,
-            conservative=self.conservative,
-        )
-        t = machine.decide(step.record.id, step.record.status, step.event, facts)
+        facts = self._facts(step, now)
+        t = self._edge(step, now)
         updates: dict[str, object] = {}
         updates.update(step.data)
         for name in t.effects:
@@ -103,6 +127,69 @@ class WritePath:
             updates=updates,
         )
         return t, change
+
+    def allows(self, step: Step) -> bool:
+        """Whether the spec lets `step` be taken now (its edge exists, its guards hold)."""
+        try:
+            self._edge(step, self.clock())
+        except (GuardRefused, IllegalTransition):
+            return False
+        return True
+
+    def _decide_in_order(
+        self, steps: Sequence[Step], now: datetime
+    ) -> list[tuple[TransitionSpec, Change]]:
+        """Decide each step on its record as the steps before it in the same transaction
+        leave it (a call approved and then dispatched in one commit)."""
+        projected: dict[tuple[str, str], Record] = {}
+        decided = []
+        for step in steps:
+            key = (step.record.machine, step.record.id)
+            at = projected.get(key, step.record)
+            t, change = self.decide(step if at is step.record else replace(step, record=at), now)
+            projected[key] = Record(
+                at.machine, at.id, change.dest, at.version + 1, {**at.fields, **change.updates}
+            )
+            decided.append((t, change))
+        return decided
+
+    def carry(
+        self,
+        carried: Carried,
+        step: Callable[[T], Step],
+        events: Sequence[str],
+        effect: Callable[[], T],
+        *,
+        inserts: Sequence[object] = (),
+        probe: Record,
+    ) -> T:
+        """Run `effect` now and carry the step it settles into (`step(result)`, one of
+        `events`) to the next `apply` given `carried`, with `inserts`. Each event must be
+        legal on `probe` (the record as it is now) and declare an effect that comes first,
+        before the effect runs: the spec decides whether a call may be made with no intent
+        written first, not the caller."""
+        now = self.clock()
+        for event in events:
+            t = self._edge(Step(probe, event), now)
+            if (
+                t.external_effect is None
+                or t.external_effect.timing is not EffectTiming.BEFORE_COMMIT
+            ):
+                raise ValueError(f"{event!r} does not run its effect before its commit")
+        result = effect()
+        chosen = step(result)
+        if chosen.event not in events:
+            raise ValueError(f"{chosen.event!r} is not one of {list(events)}")
+        t, change = self.decide(chosen, now)
+        if self.faults is not None:
+            self.faults.reached(
+                CrashPoint(change.machine, t.event, change.source, t.dest, "after_effect")
+            )
+        carried.steps.append(chosen)
+        carried.inserts.extend(inserts)
+        for observe in self.carry_observers:
+            observe(chosen)
+        return result
 
     def create(self, machine: str, row: object) -> None:
         """Insert one new row of `machine`, in its initial state, in a transaction of its own,
@@ -125,16 +212,21 @@ class WritePath:
         inserts: Sequence[object] = (),
         fence: Record | None = None,
         writes: Sequence[object] = (),
+        carried: Carried | None = None,
     ) -> Applied[T]:
         """Move every step's record in one transaction (inserting `inserts`, new rows in
         their initial state, and making the store-level `writes`, in the same transaction);
-        run `effect` if a step's transition declares an external effect. Returns the
-        committed changes and the effect's result."""
+        run `effect` if a step's transition declares an external effect. The `carried`
+        steps and rows commit first in the same transaction. A record may take several
+        steps: each is decided where the one before leaves it. Returns the committed
+        changes and the effect's result."""
         if not steps:
             raise ValueError("apply needs at least one step")
         now = self.clock()
-        decided = [self.decide(step, now) for step in steps]
-        with_effect = [t for t, _ in decided if t.external_effect is not None]
+        ahead = carried.steps if carried is not None else []
+        decided = self._decide_in_order([*ahead, *steps], now)
+        # The carried steps' effects ran when they were carried.
+        with_effect = [t for t, _ in decided[len(ahead) :] if t.external_effect is not None]
         if len(with_effect) > 1:
             raise ValueError("one transaction may carry at most one external effect")
         if with_effect and effect is None:
@@ -159,13 +251,20 @@ class WritePath:
             points("after_effect")
         points("before_commit")
         changes = tuple(change for _, change in decided)
+        # Kept when the fenced record also takes a step here: checked first, it refuses a
+        # stale owner before the transaction inserts anything (a call's row another owner
+        # may have inserted meanwhile would fail as a duplicate, not as the conflict it is).
         fences = (Fence(fence.machine, fence.id, fence.version),) if fence is not None else ()
+        rows = [*(carried.inserts if carried is not None else ()), *inserts]
         # The writes pass the same crash points as the transitions they commit with.
-        self.store.commit(changes, inserts, fences, writes=writes)
+        self.store.commit(changes, rows, fences, writes=writes)
         for observe in self.observers:
             observe(changes)
-        for step, change in zip(steps, changes, strict=True):
+        for step, change in zip([*ahead, *steps], changes, strict=True):
             step.record.absorb(change)
+        if carried is not None:
+            carried.steps.clear()
+            carried.inserts.clear()
         points("after_commit")
         if timing is EffectTiming.AFTER_COMMIT and effect is not None:
             result = effect()

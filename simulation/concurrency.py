@@ -166,17 +166,23 @@ def two_recoverers(client: Client) -> None:
 
 
 def woken_before_recovery_commits(client: Client) -> None:
-    """a is held just before its dispatch commits; its lease lapses; b declares it dead,
-    reads the journal (the call approved, not yet sent) and is held just before its requeue
+    """a's write waits for a person; the person accepts on a, and a is held just before its
+    dispatch commits (the accept committed: the call is approved, not yet sent); its lease
+    lapses; b declares it dead, reads the journal and is held just before its requeue
     commits. Then a wakes: its execution has not moved, so its dispatch commits and the tool
     runs; a is held again before the call's success. Then b commits a requeue decided on an
     approved call that is now dispatched: fenced on the call it read, the commit conflicts
     and b moves on; a finishes its execution, and nothing runs twice. (Unfenced, the
     requeue lands over the dispatched call: the next owner finds a call in flight it never
-    sent.) The real-process simulator found this window under load."""
+    sent.) The real-process simulator found this window under load. (A new call cannot be
+    caught so: its dispatch commits with its execution's checkpoint, which moves the
+    execution itself.)"""
     b = instance(client, "sim-b")
     if not client.memory.get("stall.done"):
         a = client.runtime
+        if "e" not in client.memory:
+            client.memory["e"] = a.engine.execute(client.principal, WRITE_THEN_READ).id
+        execution_id: str = client.memory["e"]
         faults = client.world.faults
         dispatch = faults.gate(
             CrashPoint.parse("tool_call:dispatch:approved->dispatched:before_commit")
@@ -187,11 +193,11 @@ def woken_before_recovery_commits(client: Client) -> None:
 
         def run_a() -> object:
             try:
-                return a.engine.execute(client.principal, STALLED_CODE)
+                return a.engine.resume(execution_id, client.principal, Action.ACCEPT)
             finally:
                 succeed.give_up()  # a crashed (or was refused) before its success
 
-        with Held(dispatch, run_a, "a") as held:
+        with Held(dispatch, run_a, "a"):
             if dispatch.wait_until_held():
                 _lapse(client, a, b)
                 requeue = faults.gate(
@@ -205,8 +211,6 @@ def woken_before_recovery_commits(client: Client) -> None:
                 finally:
                     # b's round is over (or b crashed): a goes on with what it read.
                     succeed.open()
-        if held.result is not None:
-            client.memory["e"] = held.result.id
         client.memory["stall.done"] = True
         a.maintain()  # its first heartbeat after the stall: it is dead
         b.maintain()  # the next round judges what a left

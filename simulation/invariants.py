@@ -21,6 +21,7 @@ from lockgate.machine.db.schema import (
     TransitionLog,
 )
 from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.dispatcher import AT_LEAST_ONCE
 from lockgate.simulation.inbox import Inbox
 from lockgate.spec import (
     COMPOSITIONS,
@@ -151,23 +152,45 @@ def _no_internal_failures(executions: list[Execution]) -> list[Violation]:
 def _dispatched_as_allowed(
     calls: list[ToolCall], log: list[TransitionLog], effects: list[dict[str, JsonValue]]
 ) -> list[Violation]:
-    """Checkpoint fidelity, from the tools' own log of what they did: a call is sent once
-    when it is dispatched, and once more each time recovery re-dispatches it (only an
-    idempotent call that was in flight at a crash). Any other repeat is a replay that went
-    behind the last durable checkpoint; a dispatch with no journaled call is a call the
-    engine made without recording it."""
+    """Checkpoint fidelity, from the tools' own log of what they did: a call journaled
+    intent first is sent once when it is dispatched, and once more each time recovery
+    re-dispatches it (only an idempotent call that was in flight at a crash). Any other
+    repeat is a replay that went behind the last durable checkpoint; a dispatch with no
+    journaled call is a call the engine made without recording it.
+
+    A read made at once (`succeed_at_least_once`, `fail_at_least_once`) is the exception the
+    spec declares: its journal entry rides with the next durable commit, so a crash before
+    that commit makes it again, and one whose execution never got back to it (cancelled,
+    or ended otherwise after the crash) has no journal row at all. Only reads may be so."""
     allowed = Counter(
         r.record_id
         for r in log
         if r.machine == "tool_call" and r.event in ("dispatch", "redispatch")
     )
+    at_least_once = {
+        r.record_id for r in log if r.machine == "tool_call" and r.event in AT_LEAST_ONCE
+    }
     made = Counter(str(e["idempotency_key"]) for e in effects)
+    reads = {str(e["idempotency_key"]) for e in effects if e.get("read")}
     known = {c.id: c for c in calls}
     out = []
     for key, n in sorted(made.items()):
         call = known.get(key)
         if call is None:
-            out.append(Violation(INVARIANTS[11], f"a tool ran for {key}, which no call records"))
+            if key not in reads:
+                out.append(
+                    Violation(INVARIANTS[11], f"a tool ran for {key}, which no call records")
+                )
+        elif key in at_least_once:
+            if not call.idempotent:
+                out.append(
+                    Violation(
+                        INVARIANTS[11],
+                        f"call {key} ({call.tool}) is not idempotent but was made with no "
+                        "intent written first",
+                        (call.execution_id, call.id),
+                    )
+                )
         elif n > allowed[key]:
             out.append(
                 Violation(

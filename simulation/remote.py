@@ -97,6 +97,9 @@ SEVERAL_INSTANCES = frozenset(
 NO_CLIENT_DOOR = {
     "execution_cancelled": "no client interface cancels a whole execution (only the engine "
     "does, in process); a decision of `cancel` is approval_cancelled",
+    "left_by_an_earlier_version": "the database an earlier version left is made in process "
+    "(a call's row committed alone); no client interface writes one",
+    "left_by_an_earlier_version_conservative": "as left_by_an_earlier_version",
 }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
+from lockgate.machine.tools.notes import NotesSource
 from lockgate.simulation.canary import LEAKING_CODE
 from lockgate.simulation.remote_client import SETTLED, RemoteClient, stored_status, wait
 from lockgate.simulation.scenario_drains import spin_code
@@ -75,13 +76,16 @@ def _spin_ids(client: RemoteClient) -> list[str]:
 
 
 def _spinning(client: RemoteClient) -> bool:
-    """A spinning execution is past its first call (the code after it runs)."""
-    audit = AuditQueries(client.deployment.db)
-    calls = {call.id: call for call in audit.tool_calls()}
-    for row in audit.executions():
-        call = calls.get(f"{row.id}:1")
+    """A spinning execution is past its first call (the code after it runs). The call is a
+    read made at once, not journaled before the next durable commit: the tool's own log
+    says it ran."""
+    made = {
+        str(e["idempotency_key"])
+        for e in NotesSource(client.deployment.workdir / "notes").effects()
+    }
+    for row in AuditQueries(client.deployment.db).executions():
         spinning = row.code == REMOTE_SPIN_CODE and row.status == E.RUNNING
-        if spinning and call is not None and call.status == "succeeded":
+        if spinning and f"{row.id}:1" in made:
             return True
     return False
 

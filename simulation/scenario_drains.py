@@ -10,17 +10,20 @@ from __future__ import annotations
 import threading
 import time
 
-from lockgate.machine.dispatcher import ExecutionRecord
+from lockgate.machine.dispatcher import AT_LEAST_ONCE, ExecutionRecord
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.write_path import Step
 from lockgate.simulation.scenario_steps import started
 from lockgate.simulation.world import Client, ScenarioFailed, expect
 from lockgate.spec import ExecutionStatus as E
 
-#: Pure computation after one call, for a drain to catch running: the next owner goes on
-#: from the checkpoint at the call (its result replayed from the journal) and runs the loop
-#: again. Half a second of it (Monty runs ~10 million iterations a second): ample time to
-#: see it running, little to run it twice.
+#: Pure computation after one call, for a drain to catch running: the call is a read made
+#: at once (its journal entry waits for the end), so the next owner goes on from the last
+#: durable checkpoint, the start, makes the read again and runs the loop again. (With
+#: retries off the read is journaled first and the next owner replays it from there.)
+#: Half a second of it (Monty runs ~10 million iterations a second): ample time to see it
+#: running, little to run it twice.
 SPIN_ITERATIONS = 5_000_000
 
 
@@ -44,6 +47,10 @@ def drain_mid_run(runtime: Runtime, ex: ExecutionRecord) -> None:
         if any(c.machine == "tool_call" and c.event == "succeed" for c in changes):
             called.set()
 
+    def note_made_at_once(step: Step) -> None:
+        if step.record.machine == "tool_call" and step.event in AT_LEAST_ONCE:
+            called.set()
+
     failures: list[BaseException] = []
 
     def carry_on() -> None:
@@ -53,6 +60,7 @@ def drain_mid_run(runtime: Runtime, ex: ExecutionRecord) -> None:
             failures.append(exc)
 
     runtime.engine.write.observers.append(note_success)
+    runtime.engine.write.carry_observers.append(note_made_at_once)
     thread = threading.Thread(target=carry_on, name="drained-execution", daemon=True)
     thread.start()
     try:
@@ -68,6 +76,7 @@ def drain_mid_run(runtime: Runtime, ex: ExecutionRecord) -> None:
     finally:
         thread.join()
         runtime.engine.write.observers.remove(note_success)
+        runtime.engine.write.carry_observers.remove(note_made_at_once)
     if failures:
         raise failures[0]
 

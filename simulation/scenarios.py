@@ -37,10 +37,12 @@ from lockgate.simulation.scenario_drains import (
     spin_code,
 )
 from lockgate.simulation.scenario_recovery import (
+    conservative_approval,
     conservative_recovery,
     in_doubt_idempotent,
     in_doubt_non_idempotent,
     lease_takeover,
+    left_by_an_earlier_version,
     resume_after_restart,
 )
 from lockgate.simulation.scenario_runs import (
@@ -144,7 +146,12 @@ CATALOG: tuple[Scenario, ...] = (
         resume_after_restart,
         portable=False,
     ),
-    Scenario("in_doubt_idempotent", "A read-only call cut off.", in_doubt_idempotent),
+    Scenario(
+        "in_doubt_idempotent",
+        "A read-only call that needed approval, cut off mid-dispatch.",
+        in_doubt_idempotent,
+        settings={"policy": "notes.list=require_approval"},
+    ),
     Scenario(
         "in_doubt_non_idempotent",
         "A write (approved by policy) cut off.",
@@ -156,6 +163,25 @@ CATALOG: tuple[Scenario, ...] = (
         "Every cut-off run ends interrupted.",
         conservative_recovery,
         settings={"conservative_recovery": True},
+    ),
+    Scenario(
+        "conservative_approval",
+        "Retries off; a write approved by a person, then cut off.",
+        conservative_approval,
+        settings={"conservative_recovery": True},
+    ),
+    Scenario(
+        "left_by_an_earlier_version",
+        "A call's row an earlier version committed alone, found after the crash.",
+        left_by_an_earlier_version,
+        portable=False,
+    ),
+    Scenario(
+        "left_by_an_earlier_version_conservative",
+        "The same, with retries off: the run ends interrupted, the call withdrawn.",
+        left_by_an_earlier_version,
+        settings={"conservative_recovery": True},
+        portable=False,
     ),
     Scenario(
         "lease_takeover",
@@ -197,8 +223,9 @@ CATALOG: tuple[Scenario, ...] = (
         "woken_before_recovery_commits",
         "a wakes and dispatches between b's read of the journal and b's requeue commit.",
         woken_before_recovery_commits,
-        settings=_WRITE_APPROVED,
         portable=False,
+        # The real-process drive is the stall before a dispatch the policy approves.
+        real_process_settings={"policy": "notes.write=approve"},
     ),
     Scenario(
         "approval_deadline",

@@ -1,8 +1,11 @@
 """How an execution and its current tool call move together.
 
 Some steps change both records in ONE transaction (a pause stores the snapshot and puts the
-call up for approval at once). The model checker explores the product of the two machines
-with these joint steps and the `requires` constraints, and crashes it at every point.
+call up for approval at once; a call is checkpointed, approved and sent in one), and a call
+that may be made again is journaled with its execution's next durable step (`carried`). The
+model checker explores the product of the two machines with these joint steps and the
+`requires` constraints, and crashes it at every point (a carried step's crash points are its
+own: a crash before the commit it rides with loses it, as one before its own commit would).
 """
 
 from __future__ import annotations
@@ -22,9 +25,31 @@ EXECUTION_WITH_TOOL_CALL = Composition(
     ),
     joint_steps=(
         JointStep(
+            name="call_sent",
+            steps=(
+                ("execution", "checkpoint"),
+                ("tool_call", "auto_approve"),
+                ("tool_call", "dispatch"),
+            ),
+            description="A call the policy approves that is journaled before it runs (it "
+            "must not run twice, or retries are off): the checkpoint, the call's row, its "
+            "approval and its intent commit together; then the tool runs.",
+        ),
+        JointStep(
+            name="call_blocked",
+            steps=(("execution", "checkpoint"), ("tool_call", "block")),
+            description="The policy forbids the call: the checkpoint, the call's row and its "
+            "refusal commit together.",
+        ),
+        JointStep(
             name="pause",
-            steps=(("tool_call", "request_approval"), ("execution", "pause")),
-            description="The call needs approval: the execution pauses in the same transaction.",
+            steps=(
+                ("execution", "checkpoint"),
+                ("tool_call", "request_approval"),
+                ("execution", "pause"),
+            ),
+            description="The call needs approval: the checkpoint, the call's row and its "
+            "request for approval commit with the execution's pause.",
         ),
         JointStep(
             name="resume_accept",
@@ -54,6 +79,8 @@ EXECUTION_WITH_TOOL_CALL = Composition(
         (("tool_call", "dispatch"), (E.RUNNING,)),
         (("tool_call", "succeed"), (E.RUNNING,)),
         (("tool_call", "fail"), (E.RUNNING,)),
+        (("tool_call", "succeed_at_least_once"), (E.RUNNING,)),
+        (("tool_call", "fail_at_least_once"), (E.RUNNING,)),
         (("tool_call", "redispatch"), (E.RUNNING,)),
         # The execution finishes, or is cancelled alone, only once its call is settled.
         (("execution", "complete"), _CALL_SETTLED),
@@ -75,6 +102,15 @@ EXECUTION_WITH_TOOL_CALL = Composition(
         ("tool_call", "redispatch"),
         ("tool_call", "succeed"),
         ("tool_call", "fail"),
+        ("tool_call", "succeed_at_least_once"),
+        ("tool_call", "fail_at_least_once"),
+    ),
+    # A call that may be made again has no commit of its own: its journal entry rides with
+    # its execution's next durable step (a call that must not run twice, a pause, the end),
+    # and that step's version check fences it.
+    carried=(
+        ("tool_call", "succeed_at_least_once"),
+        ("tool_call", "fail_at_least_once"),
     ),
     # Recovery decides an orphaned execution's edge on its latest call as it read it: the
     # commit is fenced on that call, so a stalled owner that dispatches it between the read

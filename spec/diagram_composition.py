@@ -64,5 +64,19 @@ def composition_section(comp: Composition) -> list[str]:
                 "commit conflict, and recovery decides again.",
             ]
         )
+    if comp.carried:
+        first = comp.machines[0]
+        carried = ", ".join(f"`{m}.{e}`" for m, e in comp.carried)
+        out.extend(
+            [
+                "",
+                "### Carried steps (no commit of their own)",
+                "",
+                f"{carried} commit with the next durable step of their `{first}` record, in "
+                "its transaction (a call that must not run twice, a pause, the end, a hand "
+                "back). A crash before that commit loses them: the record goes on from its "
+                "last durable step and they happen again, which their guards allow.",
+            ]
+        )
     out.append("")
     return out

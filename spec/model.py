@@ -182,7 +182,8 @@ class MachineSpec(Frozen):
 
 
 class JointStep(Frozen):
-    """Transitions of several machines that commit in ONE transaction."""
+    """Transitions that commit in ONE transaction, in this order (a record may take several
+    of them: each starts where the one before left it)."""
 
     name: str = Field(pattern=IDENTIFIER)
     steps: tuple[tuple[str, str], ...] = Field(min_length=2)  # (machine, event)
@@ -210,6 +211,12 @@ class Composition(Frozen):
     #: call makes the commit conflict, and recovery decides again. The model checker lets
     #: the stale owner move in that window.
     recovery_fenced: tuple[tuple[str, str], ...] = ()
+    #: (machine, event) of the second machine's transitions that have no commit of their
+    #: own: they commit with the next durable step of the first machine's record, in its
+    #: transaction (an idempotent call's journal entry rides with its execution's next
+    #: checkpoint, pause or end). A crash before that commit loses them, which the model
+    #: explores as the crash points of the transition itself.
+    carried: tuple[tuple[str, str], ...] = ()
     description: str = Field(min_length=1)
 
 

@@ -138,7 +138,9 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
         return nxt
 
     def with_effect(p: Pair, t: TransitionSpec, label: str) -> Pair:
-        if t.external_effect is None or t.external_effect.name != "call_tool":
+        # Every external effect of a call's lifecycle calls its tool (intent first, or at
+        # once for a call that may be made again).
+        if t.external_effect is None or t not in tc.transitions:
             return p
         dispatches = p.dispatches + 1
         if dispatches > 1 and not p.idempotent:
@@ -160,8 +162,12 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
         for t in effectful:
             finished = with_effect(finished, t, label)
         out.append((label, replace(finished, recovering=p.recovering)))
+        sources = {ex.name: p.execution, tc.name: p.call}
         for machine, t in changes:
-            source = p.execution if machine == ex.name else p.call
+            # A record that takes several steps in one commit leaves each from where the
+            # step before left it.
+            source = sources[machine]
+            sources[machine] = t.dest
             for phase in phases(t):
                 point = point_name(machine, t, source, phase)
                 report.crash_points_reached.add(point)
@@ -238,13 +244,14 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
                     moves.extend(moves_for(c, [(spec.name, t)], f"{spec.name}.{t.event}"))
         for joint in comp.joint_steps:
             picks: list[tuple[str, TransitionSpec]] = []
+            statuses = {ex.name: c.execution, tc.name: c.call}
             for machine, event in joint.steps:
                 spec = ex if machine == ex.name else tc
-                status = c.execution if machine == ex.name else c.call
-                options = enabled(spec, status, event, known)
+                options = enabled(spec, statuses[machine], event, known)
                 if not options:
                     break
                 picks.append((machine, options[0]))
+                statuses[machine] = options[0].dest  # the next step starts from here
             else:
                 conds = [g for _, t in picks for g in t.conditions]
                 unless = [g for _, t in picks for g in t.unless]

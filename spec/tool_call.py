@@ -40,6 +40,16 @@ CALL_TOOL = ExternalEffect(
     "is committed first, so a crash after it leaves the call visibly in doubt.",
 )
 
+CALL_TOOL_AT_LEAST_ONCE = ExternalEffect(
+    name="call_tool_at_least_once",
+    timing=EffectTiming.BEFORE_COMMIT,
+    description="Invoke a tool that may be called again (idempotent, retries allowed) at once, "
+    "with no intent written first. Its journal entry rides with the execution's next commit "
+    "that must be durable (a call that must not run twice, a pause, the end); a crash before "
+    "that commit loses the entry, and the requeued execution calls the tool again with the "
+    "same idempotency key.",
+)
+
 TOOL_CALL = MachineSpec(
     name="tool_call",
     title="Tool call (the journal)",
@@ -53,7 +63,9 @@ TOOL_CALL = MachineSpec(
     states=(
         StateSpec(
             name=S.REQUESTED,
-            description="The code called the tool; the policy has not decided yet.",
+            description="The code called the tool; the policy has not decided yet. This "
+            "version commits a call's row together with the policy's decision, so a row rests "
+            "here only if an earlier version left it at a crash.",
             initial=True,
             owned=True,
             on_crash=recover_by(
@@ -192,6 +204,27 @@ TOOL_CALL = MachineSpec(
             dest=S.FAILED,
             effects=("store_result",),
             description="Store the tool's error.",
+        ),
+        TransitionSpec(
+            event="succeed_at_least_once",
+            source=(S.REQUESTED,),
+            dest=S.SUCCEEDED,
+            conditions=("retry_allowed",),
+            effects=("store_result",),
+            external_effect=CALL_TOOL_AT_LEAST_ONCE,
+            description="A call the policy approves that may be called again: the tool is "
+            "called first and the call is journaled, with its result, in the execution's next "
+            "durable commit (no commit of its own).",
+        ),
+        TransitionSpec(
+            event="fail_at_least_once",
+            source=(S.REQUESTED,),
+            dest=S.FAILED,
+            conditions=("retry_allowed",),
+            effects=("store_result",),
+            external_effect=CALL_TOOL_AT_LEAST_ONCE,
+            description="As succeed_at_least_once, when the tool raised: the error went back "
+            "into the code and is journaled with the next durable commit.",
         ),
         TransitionSpec(
             event="withdraw_on_crash",

@@ -12,7 +12,9 @@ taken from the state the replay is in:
 - a step that the model only takes jointly (a pause with its call's request for approval)
   committed in the same transaction as its partner on the related record;
 - a fenced step (`Composition.fenced`) committed under a fence on its execution, at the
-  version the replay has that execution at: a stale owner's step would name an older one;
+  version the replay has that execution at (a stale owner's step would name an older one),
+  or together with a step of that execution, whose own version check fences it;
+- a carried step (`Composition.carried`) committed together with a step of its execution;
 - a recovery step fenced on the call (`Composition.recovery_fenced`) committed under a fence
   on the execution's latest call at the version the replay has it at, or together with a
   step on that call.
@@ -140,10 +142,17 @@ def _composition(
         elif not any((m, e, related) in together for m, e in partners):
             names = ", ".join(f"{m}.{e}" for m, e in partners)
             out.append(f"{said}: committed without its partner ({names}) in one transaction")
+    # A step of the execution itself in the same transaction checks the execution's
+    # version: it fences the call's step as a fence would (and a carried step has it).
+    with_first = other_key is not None and any(
+        s.machine == first and s.record_id == other_key[1] for s in by_txn.get(step.txn, [])
+    )
+    if (step.machine, step.event) in set(comp.carried) and not with_first:
+        out.append(f"{said}: carried, but committed without a step of its {first}")
     if (step.machine, step.event) in set(comp.fenced) and other_key is not None:
         expected = f"{first}:{other_key[1]}:{version.get(other_key, 0)}"
         fences = (step.fence or "").split(",")
-        if expected not in fences:
+        if expected not in fences and not with_first:
             out.append(
                 f"{said}: committed under fence {step.fence!r}, not its {first} as the trace "
                 f"has it ({expected})"

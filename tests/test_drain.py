@@ -124,19 +124,32 @@ def test_a_step_that_ends_before_the_stop_keeps_its_outcome() -> None:
 # -- the engine: handing back through the write path -------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("retries", "checkpoint"), [(False, 1), (True, None)], ids=["journaled-first", "made-at-once"]
+)
 def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
-    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
+    make_runtime: MakeRuntime,
+    caplog: pytest.LogCaptureFixture,
+    retries: bool,
+    checkpoint: int | None,
 ) -> None:
     """Code between two tool calls is stopped; the execution goes back to pending from its
-    checkpoint at the first call, whose result the next owner replays from the journal."""
+    last checkpoint, and the next owner answers the first call from the journal. With
+    retries off the call was journaled first (the checkpoint is at the call); otherwise it
+    was made at once and its journal entry commits with the hand back (the checkpoint is
+    the start, and the code before the call runs again, but not the call)."""
     gate = Gate(opened=threading.Event())
     gate.opened.set()
-    settings: dict[str, Any] = {"instance_name": "drained", "max_duration_secs": 60}
+    settings: dict[str, Any] = {
+        "instance_name": "drained",
+        "max_duration_secs": 60,
+        "conservative_recovery": not retries,
+    }
     code = f"first = tools.gate.hold()\n{loop(3 * SECOND)}\n[first, total]"
     first = make_runtime(sources=[GateSource(gate)], **settings)
     ex = first.engine.begin("alice", code)
     driving = InThread(lambda: first.engine.carry_on(ex))
-    wait_for(lambda: calls_of(first, ex.id) == [(1, C.SUCCEEDED)], "the first call to succeed")
+    wait_for(lambda: gate.calls == 1, "the first call to be made")
     wait_running(first.sandbox)
 
     with caplog.at_level(logging.INFO, logger="lockgate.engine"):
@@ -150,8 +163,10 @@ def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
     # be completed: its status and events, not a stopwatch, show that it was handed back.
     assert first.sandbox.running() == 0
     row = row_of(first, ex.id)
-    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
-    assert events(first, ex.id) == ["start", "checkpoint", "hand_back"]
+    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, checkpoint)
+    assert calls_of(first, ex.id) == [(1, C.SUCCEEDED)]
+    took = ["start", "checkpoint", "hand_back"] if checkpoint else ["start", "hand_back"]
+    assert events(first, ex.id) == took
 
     # The next incarnation of the same instance runs it again from the checkpoint: the
     # gate's answer comes from the journal, the loop runs again.
@@ -161,15 +176,16 @@ def test_a_drain_hands_running_code_back_and_the_next_owner_completes_it(
     assert view.status == E.COMPLETED, view
     assert view.result == ["opened", total(3 * SECOND)]
     assert gate.calls == 1
-    assert events(second, ex.id) == ["start", "checkpoint", "hand_back", "start", "complete"]
+    assert events(second, ex.id) == [*took, "start", "complete"]
 
 
-def test_a_step_that_reaches_a_tool_call_while_handing_back_is_checkpointed_not_dispatched(
+def test_a_step_that_reaches_a_tool_call_while_handing_back_stores_and_sends_nothing(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     """The drain began (here without stopping the sandbox, so the step runs to its call):
-    the call is journalled and approved, the checkpoint stored, and the execution handed
-    back instead of dispatching; the next owner dispatches it, once."""
+    the call is neither made nor journaled (its row commits with its decision, which would
+    send it), and the execution is handed back from its last checkpoint; the next owner
+    runs the step again and makes the call, once."""
     notes = NotesSource(tmp_path / "notes")
     code = f"{loop(SECOND)}\nlisted = tools.notes.list()\n[total, listed]"
     first = make_runtime(sources=[notes], instance_name="drained")
@@ -180,9 +196,9 @@ def test_a_step_that_reaches_a_tool_call_while_handing_back_is_checkpointed_not_
     driving.result()
 
     row = row_of(first, ex.id)
-    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, 1)
-    assert calls_of(first, ex.id) == [(1, C.APPROVED)]
-    assert events(first, ex.id) == ["start", "checkpoint", "hand_back"]
+    assert (row.status, row.owner, row.snapshot_call) == (E.PENDING, None, None)
+    assert calls_of(first, ex.id) == []
+    assert events(first, ex.id) == ["start", "hand_back"]
     assert [e for e in notes.effects() if e["tool"] == "notes.list"] == []
 
     second = make_runtime(sources=[notes], instance_name="drained")
@@ -196,15 +212,16 @@ def test_a_step_that_reaches_a_tool_call_while_handing_back_is_checkpointed_not_
 def test_a_call_in_flight_is_waited_for_then_the_execution_is_handed_back(
     make_runtime: MakeRuntime,
 ) -> None:
-    """A dispatched call is never handed back in flight: the drain waits for its result
-    (within its bound), then hands the execution back with the call settled."""
+    """A call in flight is never handed back: the drain waits for its result (within its
+    bound), then hands the execution back with the call settled in the journal (made at
+    once, its entry commits with the hand back)."""
     gate = Gate()
     first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=20)
     ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
     driving = InThread(lambda: first.engine.carry_on(ex))
     assert gate.entered.wait(DEADLINE)
     first.drain()
-    assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
+    assert calls_of(first, ex.id) == []  # made at once: journaled with the next commit
     assert row_of(first, ex.id).status == E.RUNNING  # not handed back with a call out
     closing = InThread(first.close)
     gate.opened.set()
@@ -224,8 +241,8 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
     make_runtime: MakeRuntime,
 ) -> None:
     """Past the drain's bound, close returns with the call still out: the instance records
-    its stop and the execution is left, running, for recovery (the next incarnation
-    re-dispatches the idempotent call)."""
+    its stop and the execution is left, running, for recovery (the next incarnation makes
+    the idempotent call again)."""
     gate = Gate()
     first = make_runtime(sources=[GateSource(gate)], instance_name="drained", drain_timeout=0.5)
     ex = first.engine.begin("alice", "got = tools.gate.hold()\n[got, 42]")
@@ -238,21 +255,22 @@ def test_a_call_still_in_flight_at_the_bound_does_not_hold_the_stop(
     # not return at all; the generous limit only keeps a broken build from hanging.
     assert time.monotonic() - started < DEADLINE / 3, "close waited past the drain's bound"
     assert row_of(first, ex.id).status == E.RUNNING
-    assert calls_of(first, ex.id) == [(1, C.DISPATCHED)]
+    assert calls_of(first, ex.id) == []
 
-    # The next incarnation recovers the stopped one's work at once (requeued: the call is
-    # idempotent, so it may be sent again); the old drive's late result is fenced off.
+    # The next incarnation recovers the stopped one's work at once (requeued: nothing was
+    # journaled since the start); the old drive's late hand back is refused (the execution
+    # moved), its call's entry with it.
     second = make_runtime(sources=[GateSource(gate)], instance_name="drained")
     assert second.maintain().requeued == [ex.id]
     gate.opened.set()
     driving.result()
-    assert calls_of(second, ex.id) == [(1, C.DISPATCHED)]
+    assert calls_of(second, ex.id) == []
     second.engine.run_pending()
     view = second.engine.get(ex.id, "alice")
     assert view.status == E.COMPLETED, view
     assert view.result == ["opened", 42]
     assert gate.calls == 2  # at least once: the idempotent call went out again
-    assert events(second, ex.id) == ["start", "checkpoint", "requeue", "start", "complete"]
+    assert events(second, ex.id) == ["start", "requeue", "start", "complete"]
 
 
 # -- a real server: SIGTERM while code runs ---------------------------------------------------

@@ -87,22 +87,23 @@ def test_a_decision_on_an_interrupted_execution_names_it(make_runtime: MakeRunti
 
 # -- a checkpoint that cannot be run again ---------------------------------------------------
 
-TWO_READS = "tools.notes.list()\ntools.notes.list()\n'done'"
+TWO_WRITES = "tools.notes.write(key='a', text='1')\ntools.notes.write(key='b', text='2')\n'done'"
+WRITES_APPROVED = "notes.write=approve"
 
 
 def _requeued_after_a_checkpoint(make_runtime: MakeRuntime) -> tuple[Runtime, str]:
-    """An execution that died dispatching its second read, recovered (back in the queue,
-    to go on from the checkpoint taken at that call) but not yet run again."""
-    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_commit")
-    first = make_runtime(faults=Faults([point], skip=1))
+    """An execution that died once its first write's result was stored, recovered (back in
+    the queue, to go on from the checkpoint taken at that call) but not yet run again."""
+    point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
+    first = make_runtime(faults=Faults([point]), policy=WRITES_APPROVED)
     with pytest.raises(InjectedCrash):
-        first.engine.execute("alice", TWO_READS)
-    rt = make_runtime()
+        first.engine.execute("alice", TWO_WRITES)
+    rt = make_runtime(policy=WRITES_APPROVED)
     report = rt.maintain()
     [execution_id] = report.requeued
     row = row_of(rt, execution_id)
     assert row.status == ExecutionStatus.PENDING and row.snapshot is not None
-    assert row.snapshot_call == 2
+    assert row.snapshot_call == 1
     return rt, execution_id
 
 
@@ -160,10 +161,10 @@ def test_an_unexpected_failure_fails_only_its_execution_with_a_next_step(
     make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:
     point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
-    first = make_runtime(faults=Faults([point]))
+    first = make_runtime(faults=Faults([point]), policy=WRITES_APPROVED)
     with pytest.raises(InjectedCrash):
-        first.engine.execute("alice", "tools.notes.list()\n'done'")
-    rt = make_runtime()
+        first.engine.execute("alice", "tools.notes.write(key='a', text='1')\n'done'")
+    rt = make_runtime(policy=WRITES_APPROVED)
     [execution_id] = rt.maintain().requeued
     # Its checkpoint names a call the journal does not hold: a store the engine cannot
     # trust. The execution fails (its call is settled); the engine goes on with others.
@@ -213,8 +214,9 @@ def test_a_call_never_sent_is_withdrawn_when_its_execution_fails(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = make_runtime()
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
     _store_fails_once_at(rt, monkeypatch, "dispatch")
-    view = rt.engine.execute("alice", "tools.notes.list()")
+    view = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
     assert view.status is ExecutionStatus.FAILED
     assert isinstance(view.error, dict) and view.error["code"] == "internal_error"
     [call] = calls_of(rt, view.id)
@@ -222,12 +224,29 @@ def test_a_call_never_sent_is_withdrawn_when_its_execution_fails(
     assert notes_of(rt).effects() == []
 
 
+def test_a_new_call_whose_first_commit_fails_leaves_no_row(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new call's row commits with its checkpoint, approval and intent: when that commit
+    fails, none of it is stored, and the execution fails with nothing sent."""
+    rt = make_runtime(policy=WRITES_APPROVED)
+    _store_fails_once_at(rt, monkeypatch, "dispatch")
+    view = rt.engine.execute("alice", "tools.notes.write(key='a', text='1')")
+    assert view.status is ExecutionStatus.FAILED
+    assert isinstance(view.error, dict) and view.error["code"] == "internal_error"
+    assert calls_of(rt, view.id) == []
+    assert notes_of(rt).effects() == []
+
+
 def test_the_call_withdrawn_is_the_latest_one(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = make_runtime()
+    two = "tools.notes.write(key='a', text='1')\ntools.notes.write(key='b', text='2')"
+    paused = rt.engine.execute("alice", two)
     _store_fails_once_at(rt, monkeypatch, "dispatch", passes=1)
-    view = rt.engine.execute("alice", "tools.notes.list()\ntools.notes.list()")
+    second = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    view = rt.engine.resume(second.id, "alice", Action.ACCEPT)
     assert view.status is ExecutionStatus.FAILED
     assert [(c.seq, c.status) for c in sorted(calls_of(rt, view.id), key=lambda c: c.seq)] == [
         (1, ToolCallStatus.SUCCEEDED),
@@ -255,9 +274,12 @@ def test_a_write_whose_result_was_not_stored_ends_interrupted_naming_it(
 def test_a_read_whose_result_was_not_stored_is_read_again_from_the_checkpoint(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rt = make_runtime()
+    # A read that needed approval is sent intent first, so its result has a commit of its
+    # own (one the policy approves is made at once and journaled with the end).
+    rt = make_runtime(policy="notes.list=require_approval")
+    paused = rt.engine.execute("alice", "len(tools.notes.list())")
     _store_fails_once_at(rt, monkeypatch, "succeed")
-    first = rt.engine.execute("alice", "len(tools.notes.list())")
+    first = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
     assert first.status is ExecutionStatus.PENDING  # back in the queue, as after a crash
     assert rt.engine.run_pending() == 1
     view = rt.engine.view(first.id)

@@ -28,6 +28,10 @@ from tests.support.engine_records import writes as writes_of
 from tests.support.gate_tool import Gate, GateSource
 from tests.support.threads import InThread
 
+#: A read that waits for a person, and is then sent intent first, its result stored by a
+#: commit of its own (one the policy approves is made at once, journaled with the end).
+LIST_NEEDS_APPROVAL = "notes.list=require_approval"
+
 CANCEL_GATE = "execution:cancel:waiting_for_interaction->cancelled:before_commit"
 RESUME_ACCEPT_GATE = "tool_call:approve:awaiting_approval->approved:before_commit"
 
@@ -129,9 +133,10 @@ def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_a
 ) -> None:
     clock = Clock()
     b_faults = Faults()
-    a = make_runtime(clock=clock)
-    b = make_runtime(clock=clock, faults=b_faults)
-    # a stalls before storing a read's result, then its database fails it.
+    a = make_runtime(clock=clock, policy=LIST_NEEDS_APPROVAL)
+    b = make_runtime(clock=clock, faults=b_faults, policy=LIST_NEEDS_APPROVAL)
+    paused = a.engine.execute("alice", "tools.notes.list()\n'done'")
+    # a stalls before storing an approved read's result, then its database fails it.
     stalled, release = threading.Event(), threading.Event()
     real = a.engine.write.apply
 
@@ -143,7 +148,7 @@ def test_a_stalled_instance_that_fails_after_its_work_was_taken_over_leaves_it_a
         return real(*steps, **options)
 
     monkeypatch.setattr(a.engine.write, "apply", apply)
-    running = InThread(lambda: a.engine.execute("alice", "tools.notes.list()\n'done'"), stalled.set)
+    running = InThread(lambda: a.engine.resume(paused.id, "alice", Action.ACCEPT), stalled.set)
     assert stalled.wait(60)
     # a's lease lapses; b declares it dead, requeues the execution and claims it.
     clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
@@ -249,8 +254,9 @@ def test_a_failure_whose_own_ending_loses_to_recovery_leaves_recovery_s_verdict(
     a ends the execution, b, which declared a dead meanwhile, has already recovered it: a's
     ending conflicts and is dropped, and b's verdict stands."""
     clock = Clock()
-    a = make_runtime(clock=clock)
-    b = make_runtime(clock=clock)
+    a = make_runtime(clock=clock, policy=LIST_NEEDS_APPROVAL)
+    b = make_runtime(clock=clock, policy=LIST_NEEDS_APPROVAL)
+    paused = a.engine.execute("alice", "len(tools.notes.list())")
     real = a.engine.write.apply
     taken_over: list[str] = []
 
@@ -265,7 +271,7 @@ def test_a_failure_whose_own_ending_loses_to_recovery_leaves_recovery_s_verdict(
         return real(*steps, **options)
 
     monkeypatch.setattr(a.engine.write, "apply", apply)
-    first = a.engine.execute("alice", "len(tools.notes.list())")
+    first = a.engine.resume(paused.id, "alice", Action.ACCEPT)
     assert taken_over == [first.id]
     assert first.status is ExecutionStatus.PENDING  # b's requeue, not a's ending
     assert b.engine.run_pending() == 1
@@ -288,10 +294,11 @@ def test_a_stalled_owner_whose_write_is_refused_leaves_the_execution_and_says_so
 ) -> None:
     clock = Clock()
     a_faults = Faults()
-    a = make_runtime(clock=clock, faults=a_faults)
-    b = make_runtime(clock=clock)
+    a = make_runtime(clock=clock, faults=a_faults, policy=LIST_NEEDS_APPROVAL)
+    b = make_runtime(clock=clock, policy=LIST_NEEDS_APPROVAL)
+    paused = a.engine.execute("alice", "len(tools.notes.list())")
     gate = a_faults.gate(CrashPoint.parse("tool_call:succeed:dispatched->succeeded:before_commit"))
-    running = InThread(lambda: a.engine.execute("alice", "len(tools.notes.list())"), gate.give_up)
+    running = InThread(lambda: a.engine.resume(paused.id, "alice", Action.ACCEPT), gate.give_up)
     assert gate.wait_until_held()
     clock.advance(a.settings.lease_ttl + timedelta(seconds=1))
     b.lease.heartbeat()

@@ -69,7 +69,8 @@ def test_the_canary_secret_never_reaches_a_row_a_snapshot_or_a_log(
     assert done.status is ExecutionStatus.COMPLETED
     assert "[REDACTED]" in done.logs
     # And through a crash and recovery.
-    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
+    # (The echo is made at once: the crash comes after it ran, before its journal entry.)
+    point = CrashPoint.parse("tool_call:succeed_at_least_once:requested->succeeded:after_effect")
     crashing = make_runtime(sources=[notes, LeakySource()], faults=Faults([point]))
     with pytest.raises(InjectedCrash):
         crashing.engine.execute("alice", "tools.leaky.echo()\n" + WRITE_THEN_READ)

@@ -70,7 +70,6 @@ from lockgate.spec import ExecutionStatus as E
 from tests.support.harness import (
     APPROVAL_TTL,
     DRIVERS,
-    LIST_ONCE,
     PRECONDITIONS,
     Choices,
     Driver,
@@ -393,14 +392,18 @@ class _Gates(Faults):
 
 
 def test_a_stalled_instance_does_not_strand_what_its_successor_took_over(tmp_path: Path) -> None:
+    """sim-a stalls just before the commit that would journal and send a write the policy
+    approves; sim-b takes its execution over and reaches the same commit; sim-a wakes and
+    is refused (its execution moved), and sim-b's run completes."""
     dispatch = CrashPoint("tool_call", "dispatch", "approved", "dispatched", "before_commit")
     gates = _Gates(dispatch, ("stalled", "successor"))
-    world = World(tmp_path, faults=gates)
+    world = World(tmp_path, faults=gates, settings={"policy": "notes.write=approve"})
+    code = "tools.notes.write(key='k', text='v')\n'ok'"
     answers: dict[str, Any] = {}
     try:
         first = world.boot(name="sim-a")
         stalled = threading.Thread(
-            target=lambda: answers.update(view=first.engine.execute("alice", LIST_ONCE.code)),
+            target=lambda: answers.update(view=first.engine.execute("alice", code)),
             name="stalled",
         )
         stalled.start()
@@ -411,7 +414,7 @@ def test_a_stalled_instance_does_not_strand_what_its_successor_took_over(tmp_pat
         )
         successor.start()  # declares sim-a dead, requeues its execution and replays it ...
         assert gates.arrived["successor"].wait(30)
-        gates.release["stalled"].set()  # ... while sim-a wakes up and dispatches the call
+        gates.release["stalled"].set()  # ... while sim-a wakes up and tries to send the call
         stalled.join(30)
         gates.release["successor"].set()
         successor.join(30)

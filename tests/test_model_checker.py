@@ -109,7 +109,27 @@ def test_a_non_idempotent_call_dispatched_twice_is_caught_in_the_product() -> No
     machines = {**MACHINES, "tool_call": careless}
     report = check_composition(COMPOSITIONS["execution_with_tool_call"], machines)
     twice = next(v for v in report.violations if "non-idempotent" in v.invariant)
-    assert twice.trace[-2:] == ("tool_call.dispatch", "tool_call.redispatch")
+    # The shortest way there: the call is approved and sent in one commit, then again.
+    assert twice.trace[-2:] == ("joint call_sent", "tool_call.redispatch")
+
+
+def test_a_call_made_at_once_that_may_not_be_made_again_is_caught_in_the_product() -> None:
+    """A call made before any intent is written is safe only if it may be made again: drop
+    the guard and a crash before its journal entry commits makes a non-idempotent call
+    twice."""
+    careless = TOOL_CALL.model_copy(
+        update={
+            "transitions": tuple(
+                t.model_copy(update={"conditions": ()}) if t.event == "succeed_at_least_once" else t
+                for t in TOOL_CALL.transitions
+            )
+        }
+    )
+    machines = {**MACHINES, "tool_call": careless}
+    report = check_composition(COMPOSITIONS["execution_with_tool_call"], machines)
+    twice = next(v for v in report.violations if "non-idempotent" in v.invariant)
+    assert twice.detail == "the non-idempotent tool is called a second time"
+    assert twice.trace[-1].startswith("tool_call.succeed_at_least_once")
 
 
 @pytest.mark.parametrize("unfenced", ["dispatch", "succeed", "auto_approve"])

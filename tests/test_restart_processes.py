@@ -34,6 +34,14 @@ LIST_TWICE = (
 )
 
 SUCCEED = "tool_call:succeed:dispatched->succeeded"
+READ_MADE = "tool_call:succeed_at_least_once:requested->succeeded"
+TWO_WRITES = (
+    "print('first')\na = tools.notes.write(key='a', text='1')\n"
+    "print('second')\nb = tools.notes.write(key='b', text='2')\n[a, b]"
+)
+WRITES_APPROVED = {"LOCKGATE_POLICY": "notes.write=approve"}
+LIST_NEEDS_APPROVAL = {"LOCKGATE_POLICY": "notes.list=require_approval"}
+RETRIES_OFF = {"LOCKGATE_CONSERVATIVE_RECOVERY": "true"}
 
 
 def assert_paused_on_write(view: dict[str, Any]) -> str:
@@ -154,12 +162,18 @@ def test_crash_after_a_write_ran_ends_interrupted_and_never_repeats_it(
 def test_crash_mid_dispatch_of_an_idempotent_call_is_retried(
     procs: Procs, db: Db, phase: str, dispatches: int
 ) -> None:
-    crashed = procs.crash("execute", LIST_ONCE, crash_at=f"{DISPATCH}:{phase}")
-    execution_id = db.only_execution().id
+    # A read that needed approval is sent intent first (one the policy approves is made at
+    # once: see the next test).
+    paused = procs.run("execute", LIST_ONCE, **LIST_NEEDS_APPROVAL)
+    execution_id = paused["id"]
+    point = f"{DISPATCH}:{phase}"
+    resume = ("resume", execution_id, "alice", "accept")
+    crashed = procs.crash(*resume, crash_at=point, **LIST_NEEDS_APPROVAL)
     assert db.execution(execution_id).status == "running"
     assert [c.status for c in db.calls(execution_id)] == ["dispatched"]
 
-    report = procs.run("recover")  # the boot round recovers, then runs the pending work
+    # The boot round recovers, then runs the pending work.
+    report = procs.run("recover", **LIST_NEEDS_APPROVAL)
     assert report["requeued"] == [execution_id]
     assert report["interrupted"] == []
 
@@ -180,29 +194,55 @@ def test_crash_mid_dispatch_of_an_idempotent_call_is_retried(
 # -- d: a crash between two calls goes on from the checkpoint ---------------------------------
 
 
+def test_reads_made_at_once_are_made_again_after_a_kill(procs: Procs, db: Db) -> None:
+    """Reads the policy approves are made at once, their journal entries riding with the
+    next durable commit: a process killed after the first read ran leaves nothing of it,
+    and recovery runs the code from its last checkpoint (the start), reading again."""
+    crashed = procs.crash("execute", LIST_TWICE, crash_at=f"{READ_MADE}:after_effect")
+    execution_id = db.only_execution().id
+    at_crash = db.execution(execution_id)
+    assert (at_crash.status, at_crash.snapshot_call, at_crash.logs) == ("running", None, "")
+    assert db.calls(execution_id) == []
+
+    recovering = procs.start("recover")
+    [report] = procs.finish([recovering])
+    assert report["requeued"] == [execution_id]
+    row = db.execution(execution_id)
+    assert row.status == "completed", row
+    assert row.outcome == {"result": [[], []]}
+    assert row.logs == "first\nsecond\n"
+    lists = effects_of(procs, "notes.list")
+    keys = [f"{execution_id}:1", f"{execution_id}:1", f"{execution_id}:2"]
+    assert [e["idempotency_key"] for e in lists] == keys
+    assert [e["pid"] for e in lists] == [crashed.pid, recovering.pid, recovering.pid]
+    assert db.events(execution_id) == ["start", "requeue", "start", "complete"]
+
+
 def test_crash_between_calls_goes_on_without_redoing_the_first(procs: Procs, db: Db) -> None:
     """Recovery goes on from the checkpoint at call 1, not from the top (a replay that
     answers call 1 from the journal would give the same result and the same effects): the
     line printed before the checkpoint is in the logs once, and only the recovering process
-    ran anything after the crash."""
-    crashed = procs.crash("execute", LIST_TWICE, crash_at=f"{SUCCEED}:after_commit")
+    ran anything after the crash. (Writes the policy approves: journaled intent first.)"""
+    crashed = procs.crash(
+        "execute", TWO_WRITES, crash_at=f"{SUCCEED}:after_commit", **WRITES_APPROVED
+    )
     execution_id = db.only_execution().id
     assert [c.status for c in db.calls(execution_id)] == ["succeeded"]
     at_crash = db.execution(execution_id)
     assert (at_crash.status, at_crash.snapshot_call, at_crash.logs) == ("running", 1, "first\n")
 
-    recovering = procs.start("recover")
+    recovering = procs.start("recover", **WRITES_APPROVED)
     [report] = procs.finish([recovering])
     assert report["requeued"] == [execution_id]
 
     row = db.execution(execution_id)
     assert row.status == "completed", row
-    assert row.outcome == {"result": [[], []]}
+    assert row.outcome == {"result": [{"key": "a", "written": True}, {"key": "b", "written": True}]}
     assert row.logs == "first\nsecond\n"
     assert [c.status for c in db.calls(execution_id)] == ["succeeded", "succeeded"]
-    lists = effects_of(procs, "notes.list")
-    assert [e["idempotency_key"] for e in lists] == [f"{execution_id}:1", f"{execution_id}:2"]
-    assert [e["pid"] for e in lists] == [crashed.pid, recovering.pid]
+    written = effects_of(procs, "notes.write")
+    assert [e["idempotency_key"] for e in written] == [f"{execution_id}:1", f"{execution_id}:2"]
+    assert [e["pid"] for e in written] == [crashed.pid, recovering.pid]
     assert db.events(f"{execution_id}:1") == ["auto_approve", "dispatch", "succeed"]
     assert db.events(execution_id) == [
         *["start", "checkpoint"],  # the killed process, up to call 1
@@ -214,10 +254,11 @@ def test_crash_between_calls_goes_on_without_redoing_the_first(procs: Procs, db:
 
 
 def test_conservative_recovery_interrupts_even_an_idempotent_call(procs: Procs, db: Db) -> None:
-    procs.crash("execute", LIST_ONCE, crash_at=f"{DISPATCH}:after_commit")
+    # Retries off from the start: the read is journaled intent first, like a write.
+    procs.crash("execute", LIST_ONCE, crash_at=f"{DISPATCH}:after_commit", **RETRIES_OFF)
     execution_id = db.only_execution().id
 
-    report = procs.run("recover", LOCKGATE_CONSERVATIVE_RECOVERY="true")
+    report = procs.run("recover", **RETRIES_OFF)
     assert report["interrupted"] == [execution_id]
     assert report["requeued"] == []
 

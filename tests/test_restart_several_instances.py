@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine_processes import DISPATCH, LIST_ONCE, Db, Procs, effects_of
+from tests.support.engine_processes import LIST_ONCE, Db, Procs, effects_of
 from tests.support.polling import wait_for
 
 pytest_plugins = ["tests.support.engine_processes"]
+
+#: The execution is claimed and running; nothing of its code has run yet (its read, made at
+#: once, would leave no journal entry before the end anyway).
+STARTED = "execution:start:pending->running:after_commit"
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +46,7 @@ def test_a_dead_instance_work_is_left_alone_until_its_lease_lapses(
     crashed = procs.crash(
         "execute",
         LIST_ONCE,
-        crash_at=f"{DISPATCH}:after_commit",
+        crash_at=STARTED,
         LOCKGATE_INSTANCE_NAME="a",
         LOCKGATE_LEASE_TTL="PT3S",
     )
@@ -86,7 +90,7 @@ def test_two_instances_recovering_at_once_recover_each_execution_once(
         "--parallel",
         str(count),
         LIST_ONCE,
-        crash_at=f"{DISPATCH}:after_commit",
+        crash_at=STARTED,
         LOCKGATE_INSTANCE_NAME="orphans",
     )
     dead = db.instance_of(crashed.pid)

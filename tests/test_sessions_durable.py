@@ -65,8 +65,9 @@ pytestmark = pytest.mark.slow
 NOTHING_RAN = "execution:start:pending->running:before_commit"
 #: The write's effect happened, its result was never recorded: in doubt, so interrupted.
 WRITE_RAN = "tool_call:dispatch:approved->dispatched:after_effect"
-#: An idempotent call was dispatched, then the process died: recovery runs it again.
-LIST_DISPATCHED = "tool_call:dispatch:approved->dispatched:after_commit"
+#: An idempotent read was made at once, then the process died before its journal entry
+#: was committed: recovery runs the code again from its last checkpoint.
+LIST_MADE = "tool_call:succeed_at_least_once:requested->succeeded:after_effect"
 
 #: Sandboxed computing that outlasts the restart's report (about 1-2 s here), so the
 #: requeued execution is still pending or running when the lost request is reported.
@@ -111,7 +112,7 @@ def test_sigkill_mid_execute_is_reported_on_the_same_session(deployment: Deploym
     left over from the first crash must not swallow it):
       1. a write ran and its result was lost: `interrupted`, whatRan naming the call in
          doubt, next `check`; `resume` answers execution_interrupted; a new execute works;
-      2. an idempotent read was dispatched: the execution is requeued and running again,
+      2. an idempotent read was made: the execution is requeued and running again,
          next `wait`; `resume` without an action returns its completed result.
     """
     key = configure(deployment)
@@ -130,7 +131,7 @@ def test_sigkill_mid_execute_is_reported_on_the_same_session(deployment: Deploym
 
                 # 1. A write ran; its outcome was never recorded.
                 restarting = asyncio.create_task(
-                    replace(deployment, hub, first, "a2", LOCKGATE_CRASH_AT=LIST_DISPATCHED)
+                    replace(deployment, hub, first, "a2", LOCKGATE_CRASH_AT=LIST_MADE)
                 )
                 code = f"tools.notes.write(key={note!r}, text='v')\n'written'"
                 with pytest.raises(MCPError) as caught:
@@ -161,7 +162,7 @@ def test_sigkill_mid_execute_is_reported_on_the_same_session(deployment: Deploym
                     == "still here"
                 )
 
-                # 2. An idempotent read was dispatched: the execution runs again.
+                # 2. An idempotent read was made: the execution runs again.
                 restarting = asyncio.create_task(replace(deployment, hub, second, "a3"))
                 with pytest.raises(MCPError) as caught:
                     await client.call_tool("execute", {"code": LIST_THEN_COMPUTE})

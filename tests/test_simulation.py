@@ -79,7 +79,9 @@ def test_the_sweep_catches_a_disabled_recovery_rule(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(Recovery, "recover_execution", careless_recovery)
     report = sweep([by_name("in_doubt_non_idempotent")])
     assert report.violations
-    run = report.violations[0]
+    # The run crashed after the write's dispatch ran (its intent commits with its
+    # checkpoint and approval, whose points come first in that commit).
+    run = next(r for r in report.violations if any(p.event == "dispatch" for p in r.plan))
     text = describe_violation(run, seed=None)
     assert "tool_call:dispatch:approved->dispatched" in text  # the crash point
     assert "CRASH at" in text and "persisted transitions:" in text  # the trace
@@ -91,12 +93,17 @@ def test_the_sweep_catches_a_disabled_recovery_rule(monkeypatch: pytest.MonkeyPa
 def test_the_sweep_catches_a_retry_of_a_non_idempotent_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A guard that lets every call be made again: the write the policy approves is made at
+    once, with no intent written first, and a crash after it ran makes it again."""
     monkeypatch.setattr(Recovery, "recover_execution", careless_recovery)
     monkeypatch.setitem(bindings.BINDINGS["tool_call"].guards, "retry_allowed", lambda f: True)
-    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
+    point = CrashPoint.parse("tool_call:succeed_at_least_once:requested->succeeded:after_effect")
     report = sweep([by_name("in_doubt_non_idempotent")], only=[point])
     [run] = report.runs
-    assert {v.invariant for v in run.violations} == {"no non-idempotent effect is dispatched twice"}
+    assert {v.invariant for v in run.violations} == {
+        "no non-idempotent effect is dispatched twice",
+        "a call is made again only where the spec allows it",
+    }
 
 
 def test_every_catalog_scenario_runs_clean_without_faults() -> None:
@@ -127,14 +134,18 @@ def test_a_real_process_run_whose_armed_point_never_fires_fails() -> None:
 
 
 @pytest.mark.slow
-def test_every_scenario_but_one_without_a_client_door_has_a_real_process_drive() -> None:
+def test_every_scenario_with_a_client_door_has_a_real_process_drive() -> None:
     from lockgate.simulation.remote import NO_CLIENT_DOOR, remote_drive
 
     for scenario in CATALOG:
         if scenario.name in NO_CLIENT_DOOR:
             continue
         assert callable(remote_drive(scenario)), scenario.name
-    assert set(NO_CLIENT_DOOR) == {"execution_cancelled"}
+    assert set(NO_CLIENT_DOOR) == {
+        "execution_cancelled",
+        "left_by_an_earlier_version",
+        "left_by_an_earlier_version_conservative",
+    }
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 from pydantic import JsonValue
@@ -184,16 +185,18 @@ def test_a_crash_after_a_resume_without_per_call_checkpoints_replays_from_the_pa
 ) -> None:
     # Without per-call checkpoints the saved state is the pause's, waiting on call 1; a
     # later call must not claim it (recovery would hand call 2's result to call 1).
-    rt = make_runtime(checkpoint_every_call=False)
-    code = 'w = tools.notes.write(key="k", text="v")\nr = tools.notes.read(key="k")\n[w, r]'
+    # (Call 2 is a delete the policy approves: sent intent first, it takes a checkpoint.)
+    settings: dict[str, Any] = {"checkpoint_every_call": False, "policy": "notes.delete=approve"}
+    rt = make_runtime(**settings)
+    code = 'w = tools.notes.write(key="k", text="v")\nd = tools.notes.delete(key="k")\n[w, d]'
     paused = rt.engine.execute("alice", code)
     assert paused.pending is not None and paused.pending.seq == 1
     point = CrashPoint.parse("tool_call:succeed:dispatched->succeeded:after_commit")
-    crashing = restart(make_runtime, faults=Faults([point], skip=1), checkpoint_every_call=False)
+    crashing = restart(make_runtime, faults=Faults([point], skip=1), **settings)
     with pytest.raises(InjectedCrash):
         crashing.engine.resume(paused.id, "alice", Action.ACCEPT)
-    later = restart(make_runtime, checkpoint_every_call=False)
+    later = restart(make_runtime, **settings)
     done = later.engine.view(paused.id)
     assert done.status is ExecutionStatus.COMPLETED, done.error
-    assert done.result == [{"key": "k", "written": True}, {"key": "k", "text": "v"}]
-    assert len(writes(later)) == 1  # the approved write was not made again
+    assert done.result == [{"key": "k", "written": True}, {"key": "k", "deleted": True}]
+    assert len(writes(later)) == 2  # neither the write nor the delete was made again

@@ -134,3 +134,13 @@ def test_a_recovery_commit_not_fenced_on_the_latest_call_is_named() -> None:
             "requeue" in p and "not its latest tool_call" in p and "tool_call:e1:1:1" in p
             for p in found
         ), (fence, found)
+
+
+def test_a_carried_step_committed_without_a_step_of_its_execution_is_named() -> None:
+    """A call made at once is journaled only with its execution's next durable step."""
+    start = step(1, "execution", EX, "start", "pending", "running", 1, "t1")
+    made = ("tool_call", CALL, "succeed_at_least_once", "requested", "succeeded", 1)
+    found = problems([start, step(2, *made, "t2")])
+    assert any("carried, but committed without a step of its execution" in p for p in found)
+    ended = step(3, "execution", EX, "complete", "running", "completed", 2, "t2")
+    assert problems([start, step(2, *made, "t2"), ended]) == []

@@ -64,22 +64,31 @@ class MemoryStore:
             # decision); the model-level tests that use this store never make one.
             raise TypeError("the memory store carries no store-level writes")
         with self._lock:
+            # Worked out on a copy and swapped in at the end: all or nothing. Changes apply
+            # in order, so a row inserted here may move, and a row may move twice.
+            rows = dict(self._rows)
+            copied: set[tuple[str, str]] = set()
+            done: list[Persisted] = []
             for fence in fences:
-                held = self._rows.get((fence.machine, fence.record_id))
+                held = rows.get((fence.machine, fence.record_id))
                 if held is None or held.version != fence.version:
                     raise Conflict(
                         machine=fence.machine,
                         record_id=fence.record_id,
                         expected_version=fence.version,
                     )
-            for row in inserts:
-                if not isinstance(row, Record):
+            for new in inserts:
+                if not isinstance(new, Record):
                     raise TypeError("the memory store inserts Records")
-                if (row.machine, row.id) in self._rows:
-                    raise Conflict(machine=row.machine, record_id=row.id, expected_version=0)
+                key = (new.machine, new.id)
+                if key in rows:
+                    raise Conflict(machine=new.machine, record_id=new.id, expected_version=0)
+                rows[key] = copy.deepcopy(new)
+                copied.add(key)
             for change in changes:
                 refuse_undeclared(change, self._edges)
-                row = self._rows.get((change.machine, change.record_id))
+                key = (change.machine, change.record_id)
+                row = rows.get(key)
                 if (
                     row is None
                     or row.version != change.expected_version
@@ -90,14 +99,13 @@ class MemoryStore:
                         record_id=change.record_id,
                         expected_version=change.expected_version,
                     )
-            for new in inserts:
-                self._rows[(new.machine, new.id)] = copy.deepcopy(new)
-            for change in changes:
-                row = self._rows[(change.machine, change.record_id)]
+                if key not in copied:
+                    row = rows[key] = copy.deepcopy(row)
+                    copied.add(key)
                 row.status = change.dest
                 row.version += 1
                 row.fields.update(copy.deepcopy(dict(change.updates)))
-                self.history.append(
+                done.append(
                     Persisted(
                         change.machine,
                         change.record_id,
@@ -107,3 +115,5 @@ class MemoryStore:
                         row.version,
                     )
                 )
+            self._rows = rows
+            self.history.extend(done)

@@ -9,12 +9,14 @@ the events to them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionExpired
+from lockgate.machine.runtime import Runtime
 from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 from lockgate.spec import ExecutionStatus as E
 from tests.support.lifecycle.choices import Choices, pick, pick_int
@@ -43,23 +45,27 @@ class ExecutionActions:
         self.deployment = deployment
         self.client = client
 
-    def execute(self, data: Choices, program: Program) -> None:
+    def execute(self, data: Choices, program: Program, *, retries: bool = True) -> None:
         """Run `program`: through `execute` (stored and claimed in one transaction, run until
-        it ends or pauses), or queued with `submit` and claimed by `run`."""
+        it ends or pauses), or queued with `submit` and claimed by `run`. With `retries`
+        off the instance runs as one set to `conservative_recovery` does: every call is
+        journaled intent first, reads too (with retries on, a read the policy approves is
+        made at once and journaled with the next durable commit)."""
         d, known = self.deployment, self.client.executions
         runtime = d.pick_runtime(data)
         how = pick(data, ["execute", "submit"], "how the code is started")
         name = runtime.settings.instance_name
 
         def run() -> None:
-            d.note(f"{name}: {how} {program.name}")
-            if how == "execute":
-                execution_id = runtime.engine.execute(PRINCIPAL, program.code).id
-                known.setdefault(execution_id, program)
-            else:
-                execution_id = runtime.engine.submit(PRINCIPAL, program.code)
-                known[execution_id] = program
-                runtime.engine.run(execution_id)
+            d.note(f"{name}: {how} {program.name}{'' if retries else ', retries off'}")
+            with retries_off(runtime, not retries):
+                if how == "execute":
+                    execution_id = runtime.engine.execute(PRINCIPAL, program.code).id
+                    known.setdefault(execution_id, program)
+                else:
+                    execution_id = runtime.engine.submit(PRINCIPAL, program.code)
+                    known[execution_id] = program
+                    runtime.engine.run(execution_id)
             d.note(f"{name}: {program.name} is {execution_id}")
 
         d.act(runtime, run)
@@ -183,28 +189,47 @@ def _points(machine: str, event: str, *phases: str) -> tuple[CrashPoint, ...]:
     return found
 
 
-#: Crash points inside a run of auto-approved idempotent calls (LIST_ONCE, LIST_TWICE): the
-#: execution is running and every call is settled, unsent or safe to call again, so
-#: recovery requeues it.
+#: Crash points inside a run of auto-approved idempotent calls made at once (LIST_ONCE,
+#: LIST_TWICE, retries on): nothing of a call is stored before the end, so recovery finds
+#: the execution running with no call and requeues it.
 REQUEUE_POINTS = (
     *_points("execution", "start", "after_commit"),
+    *_points("tool_call", "succeed_at_least_once", "after_effect", "before_commit"),
+    *_points("execution", "complete", "before_commit"),
+)
+#: The same run with retries off (every call journaled intent first): every call is
+#: settled, or sent and safe to send again once retries are back on, so recovery (with
+#: retries on) requeues it.
+JOURNALED_REQUEUE_POINTS = (
     *_points("execution", "checkpoint"),
     *_points("tool_call", "auto_approve"),
     *_points("tool_call", "dispatch"),
     *_points("tool_call", "succeed"),
-    *_points("execution", "complete", "before_commit"),
 )
 #: After the intent was committed and before the result was: the call may have run.
 DISPATCHED_POINTS = (
     *_points("tool_call", "dispatch", "after_commit", "after_effect"),
     *_points("tool_call", "succeed", "before_commit"),
 )
-#: The latest call is still requested or approved (nothing sent).
+#: A person's accept committed, the call not sent yet: it rests approved. (A new call's
+#: row commits with its policy's decision, so no other call rests unsent.)
 UNSENT_POINTS = (
-    *_points("execution", "checkpoint", "after_commit"),
-    *_points("tool_call", "auto_approve"),
+    *_points("tool_call", "approve", "after_commit"),
+    *_points("execution", "resume", "after_commit"),
     *_points("tool_call", "dispatch", "before_commit"),
 )
+
+
+@contextmanager
+def retries_off(runtime: Runtime, off: bool = True) -> Iterator[None]:
+    """`runtime` runs the action inside as an instance set to `conservative_recovery` does
+    (its write path asks the spec's `retry_allowed` with it); as it was afterwards."""
+    before = runtime.engine.write.conservative
+    runtime.engine.write.conservative = before or off
+    try:
+        yield
+    finally:
+        runtime.engine.write.conservative = before
 
 
 def _later_calls(program: Program) -> int:
@@ -220,8 +245,14 @@ def run_auto(h: Harness, data: Choices) -> None:
 
 
 def run_calls(h: Harness, data: Choices) -> None:
-    """Code whose calls the policy approves: checkpoint, auto_approve, dispatch, succeed."""
+    """Code whose reads the policy approves, made at once: succeed_at_least_once."""
     h.calls.execute(data, pick(data, CALLING_PROGRAMS, "program"))
+
+
+def run_journaled(h: Harness, data: Choices) -> None:
+    """The same code with retries off, every call journaled intent first: checkpoint,
+    auto_approve, dispatch, succeed."""
+    h.calls.execute(data, pick(data, CALLING_PROGRAMS, "program"), retries=False)
 
 
 def run_failing(h: Harness, data: Choices) -> None:
@@ -229,7 +260,13 @@ def run_failing(h: Harness, data: Choices) -> None:
 
 
 def run_tool_failure(h: Harness, data: Choices) -> None:
+    """A read that fails inside the code, made at once: fail_at_least_once."""
     h.calls.execute(data, pick(data, TOOL_FAILURE_PROGRAMS, "program"))
+
+
+def run_tool_failure_journaled(h: Harness, data: Choices) -> None:
+    """The same with retries off, the read journaled intent first: fail."""
+    h.calls.execute(data, pick(data, TOOL_FAILURE_PROGRAMS, "program"), retries=False)
 
 
 def run_blocked(h: Harness, data: Choices) -> None:
@@ -262,20 +299,33 @@ def withdraw(h: Harness, data: Choices) -> None:
 
 
 def crash_requeue(h: Harness, data: Choices) -> None:
-    """Crash while auto-approved calls run; recovery requeues, the next run replays."""
+    """Crash while auto-approved calls run (made at once, or journaled first with retries
+    off); recovery requeues, the next run goes on from the last checkpoint."""
     program = pick(data, [LIST_TWICE, LIST_ONCE], "program")
+    if pick(data, ["at once", "journaled"], "how the calls are made") == "at once":
+        h.calls.crash_during(
+            data,
+            REQUEUE_POINTS,
+            lambda: h.calls.execute(data, program),
+            max_skip=_later_calls(program),
+        )
+        return
     h.calls.crash_during(
-        data, REQUEUE_POINTS, lambda: h.calls.execute(data, program), max_skip=_later_calls(program)
+        data,
+        JOURNALED_REQUEUE_POINTS,
+        lambda: h.calls.execute(data, program, retries=False),
+        max_skip=_later_calls(program),
     )
 
 
 def crash_redispatch(h: Harness, data: Choices) -> None:
-    """Crash with an idempotent call dispatched: it is called again with the same key."""
+    """Crash with an idempotent call dispatched (sent intent first, with retries off); the
+    next incarnation, retries on, calls it again with the same key."""
     program = pick(data, [LIST_ONCE, LIST_TWICE], "program")
     h.calls.crash_during(
         data,
         DISPATCHED_POINTS,
-        lambda: h.calls.execute(data, program),
+        lambda: h.calls.execute(data, program, retries=False),
         max_skip=_later_calls(program),
     )
 
@@ -289,7 +339,10 @@ def crash_in_doubt(h: Harness, data: Choices) -> None:
     else:
         program = pick(data, [LIST_ONCE, LIST_TWICE], "program")
         h.calls.crash_during(
-            data, DISPATCHED_POINTS, lambda: h.calls.execute(data, program), conservative=True
+            data,
+            DISPATCHED_POINTS,
+            lambda: h.calls.execute(data, program, retries=False),
+            conservative=True,
         )
 
 
@@ -305,13 +358,10 @@ def crash_interrupt(h: Harness, data: Choices) -> None:
 
 
 def crash_withdraw(h: Harness, data: Choices) -> None:
-    """Crash before a call was sent, recovered conservatively: the execution is interrupted
-    and its unsent call withdrawn."""
-    program = pick(data, [LIST_ONCE, LIST_TWICE], "program")
+    """Crash after a person's accept and before the call was sent, recovered
+    conservatively: the execution is interrupted and its approved call withdrawn."""
+    if not h.client.paused():
+        h.calls.execute(data, pick(data, PAUSING_PROGRAMS, "program"))
     h.calls.crash_during(
-        data,
-        UNSENT_POINTS,
-        lambda: h.calls.execute(data, program),
-        conservative=True,
-        max_skip=_later_calls(program),
+        data, UNSENT_POINTS, lambda: h.calls.decide(data, Action.ACCEPT), conservative=True
     )

@@ -1,0 +1,177 @@
+"""The write path's merged and carried commits, over the in-memory reference store: a record
+may take several steps in one transaction, and a call that may be made again is made at once,
+its journal entry carried to the next commit of its execution. The spec decides which calls
+may be carried: the write path refuses the rest before their tool runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from lockgate.machine.errors import Conflict, GuardRefused
+from lockgate.machine.faults import Faults, InjectedCrash
+from lockgate.machine.records import Record
+from lockgate.machine.write_path import Carried, Step, WritePath
+from lockgate.spec import CrashPoint
+from tests.support.memory_store import MemoryStore
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+AT_ONCE = ("succeed_at_least_once", "fail_at_least_once")
+
+
+def make_path(faults: Faults | None = None, *, conservative: bool = False) -> WritePath:
+    return WritePath(MemoryStore(), faults=faults, clock=lambda: NOW, conservative=conservative)
+
+
+def store_of(path: WritePath) -> MemoryStore:
+    assert isinstance(path.store, MemoryStore)
+    return path.store
+
+
+def running(path: WritePath) -> Record:
+    execution = Record("execution", "e1", "running", fields={"owner": "a"})
+    store_of(path).insert(execution)
+    return execution
+
+
+def new_call(seq: int, *, idempotent: bool) -> Record:
+    """A call's row as the dispatcher builds it: not stored yet, in its initial state."""
+    return Record("tool_call", f"e1:{seq}", "requested", fields={"idempotent": idempotent})
+
+
+def settle(call: Record) -> Callable[[str], Step]:
+    def step(value: str) -> Step:
+        return Step(call, "succeed_at_least_once", {"result": {"value": value}}, {"attempts": 1})
+
+    return step
+
+
+def tool(ran: list[str], value: str) -> Callable[[], str]:
+    """A tool that notes that it ran and answers `value`."""
+
+    def call() -> str:
+        ran.append(value)
+        return value
+
+    return call
+
+
+def test_a_record_takes_several_steps_in_one_commit() -> None:
+    """A new call is checkpointed, inserted, approved and sent in one transaction."""
+    path = make_path()
+    execution = running(path)
+    call = new_call(1, idempotent=False)
+    ran: list[str] = []
+    applied = path.apply(
+        Step(execution, "checkpoint", {"snapshot": b"s1"}),
+        Step(call, "auto_approve"),
+        Step(call, "dispatch", data={"attempts": 1}),
+        effect=tool(ran, "done"),
+        inserts=[Record("tool_call", "e1:1", "requested", fields={"idempotent": False})],
+        fence=execution,
+    )
+    assert ran == ["done"] and applied.effect_result == "done"
+    stored = store_of(path).get("tool_call", "e1:1")
+    assert (stored.status, stored.version) == ("dispatched", 2)
+    assert (call.status, call.version) == ("dispatched", 2)
+    assert [(p.event, p.version) for p in store_of(path).history] == [
+        ("checkpoint", 1),
+        ("auto_approve", 1),
+        ("dispatch", 2),
+    ]
+
+
+def test_a_merged_commit_refused_by_its_fence_stores_nothing_and_sends_nothing() -> None:
+    path = make_path()
+    execution = running(path)
+    stale = Record("execution", "e1", "running", version=execution.version)
+    path.apply(Step(execution, "checkpoint", {"snapshot": b"s0"}))  # someone moved it
+    call = new_call(1, idempotent=False)
+    ran: list[str] = []
+    with pytest.raises(Conflict):
+        path.apply(
+            Step(stale, "checkpoint", {"snapshot": b"s1"}),
+            Step(call, "auto_approve"),
+            Step(call, "dispatch"),
+            effect=tool(ran, "sent"),
+            inserts=[new_call(1, idempotent=False)],
+            fence=stale,
+        )
+    assert ran == []
+    assert [p.event for p in store_of(path).history] == ["checkpoint"]
+    with pytest.raises(KeyError):
+        store_of(path).get("tool_call", "e1:1")
+
+
+def test_carried_calls_commit_with_the_next_step_of_their_execution() -> None:
+    path = make_path()
+    execution = running(path)
+    carried = Carried()
+    for seq in (1, 2):
+        call = new_call(seq, idempotent=True)
+        got = path.carry(
+            carried, settle(call), AT_ONCE, lambda: "listed", inserts=[call], probe=call
+        )
+        assert got == "listed"
+    assert store_of(path).history == []  # made, nothing committed yet
+    path.apply(Step(execution, "complete", {"outcome": {"result": 2}}), carried=carried)
+    assert not carried
+    assert [(p.record_id, p.event) for p in store_of(path).history] == [
+        ("e1:1", "succeed_at_least_once"),
+        ("e1:2", "succeed_at_least_once"),
+        ("e1", "complete"),
+    ]
+    assert store_of(path).get("tool_call", "e1:2").fields["result"] == {"value": "listed"}
+
+
+@pytest.mark.parametrize(
+    ("idempotent", "conservative"), [(False, False), (True, True)], ids=["write", "retries-off"]
+)
+def test_a_call_that_may_not_be_made_again_is_refused_before_its_tool_runs(
+    idempotent: bool, conservative: bool
+) -> None:
+    """Not idempotent, or retries off: the spec's guard refuses, and the tool never ran."""
+    path = make_path(conservative=conservative)
+    call = new_call(1, idempotent=idempotent)
+    ran: list[str] = []
+    carried = Carried()
+    with pytest.raises(GuardRefused):
+        path.carry(carried, settle(call), AT_ONCE, tool(ran, "x"), inserts=[call], probe=call)
+    assert ran == [] and not carried
+    assert not path.allows(Step(call, "succeed_at_least_once"))
+
+
+def test_an_event_that_writes_its_intent_first_is_not_carried() -> None:
+    path = make_path()
+    call = Record("tool_call", "e1:1", "approved", fields={"idempotent": True})
+    ran: list[str] = []
+    with pytest.raises(ValueError, match="'dispatch' does not run its effect before its commit"):
+        path.carry(
+            Carried(),
+            lambda _: Step(call, "dispatch"),
+            ("dispatch",),
+            tool(ran, "sent"),
+            probe=call,
+        )
+    assert ran == []
+
+
+def test_a_crash_after_a_carried_call_ran_loses_its_entry() -> None:
+    point = CrashPoint.parse("tool_call:succeed_at_least_once:requested->succeeded:after_effect")
+    path = make_path(Faults([point]))
+    running(path)
+    call = new_call(1, idempotent=True)
+    ran: list[str] = []
+    with pytest.raises(InjectedCrash):
+        path.carry(
+            Carried(),
+            settle(call),
+            AT_ONCE,
+            tool(ran, "listed"),
+            inserts=[call],
+            probe=call,
+        )
+    assert ran == ["listed"]
+    assert store_of(path).history == []
