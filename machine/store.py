@@ -43,7 +43,11 @@ class TransitionStore(Protocol):
         inserts: Sequence[Any] = (),
         fences: Sequence[Fence] = (),
         writes: Sequence[Any] = (),
+        *,
+        wait_for_disk: bool = True,
     ) -> None:
         """Insert the new rows, apply every change and make every store-level write (the SQL
         store's `StoreWrite`s) in one transaction, if every fence still holds; or do nothing
-        (raising `Conflict`, `IllegalTransition` or the write's own refusal)."""
+        (raising `Conflict`, `IllegalTransition` or the write's own refusal). With
+        `wait_for_disk` False the commit returns before the disk has it
+        (`TransitionSpec.waits_for_disk`)."""

@@ -201,7 +201,7 @@ class WritePath:
         before, after = creation_points(spec)
         if self.faults is not None:
             self.faults.reached(before)
-        self.store.commit((), (row,))
+        self.store.commit((), (row,), wait_for_disk=spec.creation_waits_for_disk)
         if self.faults is not None:
             self.faults.reached(after)
 
@@ -256,8 +256,11 @@ class WritePath:
         # may have inserted meanwhile would fail as a duplicate, not as the conflict it is).
         fences = (Fence(fence.machine, fence.id, fence.version),) if fence is not None else ()
         rows = [*(carried.inserts if carried is not None else ()), *inserts]
-        # The writes pass the same crash points as the transitions they commit with.
-        self.store.commit(changes, rows, fences, writes=writes)
+        # The writes pass the same crash points as the transitions they commit with. The
+        # commit waits for the disk if any of its transitions must (a store-level write
+        # rides with a transition that does: a decision's token with its approval).
+        waits = any(t.waits_for_disk for t, _ in decided)
+        self.store.commit(changes, rows, fences, writes=writes, wait_for_disk=waits)
         for observe in self.observers:
             observe(changes)
         for step, change in zip([*ahead, *steps], changes, strict=True):

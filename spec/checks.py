@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from lockgate.spec.model import MachineSpec, TransitionKind, TransitionSpec
+from lockgate.spec.model import EffectTiming, MachineSpec, TransitionKind, TransitionSpec
 
 
 class Rule(StrEnum):
@@ -90,6 +90,17 @@ def check(spec: MachineSpec, bindings: Bindings | None = None) -> list[SpecViola
                 violation(describe(t), Rule.MALFORMED, f"names the undeclared state {name!r}")
         if t.external_effect is not None and not t.durable:
             violation(describe(t), Rule.MALFORMED, "an external effect needs a durable write")
+        intent_first = (
+            t.external_effect is not None and t.external_effect.timing is EffectTiming.AFTER_COMMIT
+        )
+        if not t.waits_for_disk and (intent_first or t.consumes_approval):
+            violation(
+                describe(t),
+                Rule.MALFORMED,
+                "an intent written before its effect, or a person's decision, must wait for "
+                "the disk: lost with the machine, the effect could happen twice or the "
+                "decision be asked again",
+            )
     if found:
         return found  # the graph rules below assume a well-formed machine
 

@@ -90,6 +90,18 @@ def machine_section(spec: MachineSpec) -> list[str]:
         out.append(table_row([f"`{s.name}`", state_kinds(s), s.description, events, why]))
     if spec.good_ends:
         out.extend(["", f"Good ends: {code_list(spec.good_ends)}."])
+    lazy = [f"`{t.event}`" for t in spec.transitions if not t.waits_for_disk]
+    if spec.created_alone and not spec.creation_waits_for_disk:
+        lazy.insert(0, "its creation")
+    if lazy:
+        out.extend(
+            [
+                "",
+                f"Committed without waiting for the disk: {', '.join(lazy)}. Such a commit "
+                "survives the process's death and reaches the disk with the next commit that "
+                "waits; only an OS crash or a power loss before that can lose it.",
+            ]
+        )
     out.extend(
         [
             "",

@@ -114,6 +114,13 @@ class TransitionSpec(Frozen):
     external_effect: ExternalEffect | None = None
     #: Written to the store in its own transaction (every crash point hangs off this).
     durable: bool = True
+    #: Its commit returns only once the disk has it. False: committed without waiting
+    #: (SQLite `synchronous=NORMAL` for that transaction, PostgreSQL `synchronous_commit =
+    #: off`): it survives the process's death like any commit and reaches the disk with the
+    #: next commit that waits (the log is written in order); only an OS crash or a power
+    #: loss before that can lose it. For bookkeeping whose loss costs a report, never an
+    #: effect or a decision: an intent-first effect or a consumed approval must wait.
+    waits_for_disk: bool = True
     #: This edge uses up a person's decision; the checker proves it happens at most once.
     consumes_approval: bool = False
 
@@ -141,6 +148,9 @@ class MachineSpec(Frozen):
     #: rows always inserted with another record's transition (a tool call is inserted with
     #: its execution's checkpoint, whose points it shares).
     created_alone: bool = True
+    #: Whether the insert of a row created alone waits for the disk (as
+    #: `TransitionSpec.waits_for_disk`).
+    creation_waits_for_disk: bool = True
 
     def state(self, name: str) -> StateSpec:
         for s in self.states:

@@ -36,6 +36,10 @@ OWED_REQUEST = MachineSpec(
     ),
     status=OwedRequestStatus,
     good_ends=(S.ANSWERED, S.REPORTED, S.UNCOLLECTED),
+    # The entry reaches the disk with the request's first commit that waits for it (an
+    # execution's start: the log is written in order), before anything the request does
+    # outside; a process's death keeps it regardless.
+    creation_waits_for_disk=False,
     states=(
         StateSpec(
             name=S.OWED,
@@ -87,6 +91,9 @@ OWED_REQUEST = MachineSpec(
                 description="Write the response on the stream, then consume the entry, so a "
                 "crash in between reports it rather than forgetting it.",
             ),
+            # The response is on the wire already; lost only with the machine, the entry is
+            # reported lost as well (the client's own answer was delivered).
+            waits_for_disk=False,
             description="The response is delivered.",
         ),
         TransitionSpec(

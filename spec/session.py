@@ -63,6 +63,9 @@ SESSION = MachineSpec(
             source=(S.IDLE,),
             dest=S.ACTIVE,
             effects=("touch",),
+            # Activity bookkeeping: lost only with the machine, it costs at most an early
+            # or late expiry of an idle session.
+            waits_for_disk=False,
             description="A request arrives (on any instance).",
         ),
         TransitionSpec(
@@ -70,6 +73,9 @@ SESSION = MachineSpec(
             source=(S.ACTIVE,),
             dest=S.IDLE,
             effects=("touch",),
+            # Activity bookkeeping: lost only with the machine, it costs at most an early
+            # or late expiry of an idle session.
+            waits_for_disk=False,
             description="Its last request in flight finished.",
         ),
         TransitionSpec(

@@ -153,6 +153,24 @@ def test_malformed_specs_name_the_problem() -> None:
     assert any("needs a durable write" in v.detail for v in check(effect_without_write))
 
 
+@pytest.mark.parametrize("event", ["dispatch", "approve"])
+def test_an_intent_or_a_decision_that_does_not_wait_for_the_disk_is_rejected(event: str) -> None:
+    """Lost with the machine, an intent would let its effect happen twice, and a consumed
+    approval would be asked for again: both must wait for the disk."""
+    tool_call = spec.MACHINES["tool_call"]
+    careless = tool_call.model_copy(
+        update={
+            "transitions": tuple(
+                t.model_copy(update={"waits_for_disk": False}) if t.event == event else t
+                for t in tool_call.transitions
+            )
+        }
+    )
+    [v] = check(careless)
+    assert v.rule is Rule.MALFORMED and "must wait for the disk" in v.detail
+    assert event in v.subject
+
+
 def test_declarations_are_validated_when_built() -> None:
     with pytest.raises(ValidationError, match="terminal state 'done' cannot"):
         StateSpec(name="done", description="d", terminal=True, on_crash=durable_wait("x"))

@@ -64,6 +64,10 @@ _OPEN = "lockgate_transaction_open"
 
 #: The execution option of `reader`'s connections.
 _READ_ONLY = "lockgate_read_only"
+#: The execution option of `lazy_commits`' connections.
+_LAZY = "lockgate_lazy_commit"
+#: What a SQLite connection's `synchronous` is set to now (kept in its `info`).
+_SYNCHRONOUS = "lockgate_synchronous"
 
 
 def reader(engine: Engine) -> Engine:
@@ -75,11 +79,31 @@ def reader(engine: Engine) -> Engine:
     return engine.execution_options(**{_READ_ONLY: True})
 
 
+def lazy_commits(engine: Engine) -> Engine:
+    """`engine` for commits that return before the disk has them
+    (`TransitionSpec.waits_for_disk` False): SQLite commits them with `synchronous=NORMAL`
+    (in WAL mode: appended to the log, not fsynced), PostgreSQL with `synchronous_commit =
+    off`. Either way the commit survives the process's death, and the next commit that
+    waits for the disk flushes it too, as both logs are written in order."""
+    return engine.execution_options(**{_LAZY: True})
+
+
+def _synchronous(conn: Any, lazy: bool) -> None:
+    """Set the connection's `synchronous` for the transaction about to begin (a pragma that
+    cannot change inside one), only when it differs from what it is."""
+    wanted = "NORMAL" if lazy else "FULL"
+    if conn.info.get(_SYNCHRONOUS, "FULL") != wanted:
+        conn.exec_driver_sql(f"PRAGMA synchronous={wanted}")
+        conn.info[_SYNCHRONOUS] = wanted
+
+
 def _begin(conn: Any) -> None:
-    if conn.get_execution_options().get(_READ_ONLY):
+    options = conn.get_execution_options()
+    if options.get(_READ_ONLY):
         # Not counted in TRANSACTIONS: a paused reader holds no lock another instance waits on.
         conn.exec_driver_sql("BEGIN")
         return
+    _synchronous(conn, bool(options.get(_LAZY)))
     TRANSACTIONS.enter()
     try:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -147,4 +171,14 @@ def open_engine(url: str) -> Engine:
             dbapi_connection.isolation_level = None
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    event.listen(engine, "begin", _begin_postgres)
+    return engine
+
+
+def _begin_postgres(conn: Any) -> None:
+    if conn.get_execution_options().get(_LAZY):
+        # For this transaction only: the server acknowledges the commit before its WAL
+        # record is flushed (it flushes it within wal_writer_delay, or with the next
+        # synchronous commit).
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")

@@ -26,6 +26,7 @@ from sqlmodel import Session, SQLModel
 from lockgate.machine.db.approval_token_queries import (
     ApprovalTokenQueries,
 )
+from lockgate.machine.db.connect import lazy_commits
 from lockgate.machine.db.execution_queries import ExecutionQueries
 from lockgate.machine.db.instance_queries import InstanceQueries
 from lockgate.machine.db.key_queries import KeyQueries
@@ -82,6 +83,8 @@ class SqlStore:
         self.metrics = MetricsQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine)
+        #: The engine of commits that do not wait for the disk (`lazy_commits`).
+        self._lazy = lazy_commits(engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -95,6 +98,8 @@ class SqlStore:
         inserts: Sequence[SQLModel] = (),
         fences: Sequence[Fence] = (),
         writes: Sequence[StoreWrite] = (),
+        *,
+        wait_for_disk: bool = True,
     ) -> None:
         now = datetime.now(UTC)
         txn = uuid.uuid4().hex
@@ -103,7 +108,8 @@ class SqlStore:
             self._refuse_non_initial(row)
         for change in changes:
             refuse_undeclared(change, self._edges)
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+        engine = self.engine if wait_for_disk else self._lazy
+        with Session(engine, expire_on_commit=False) as session, session.begin():
             for fence in fences:
                 # A no-op update: it matches only the fenced version, and on PostgreSQL it
                 # locks the row, so a concurrent writer of that record waits or conflicts.

@@ -58,6 +58,8 @@ class MemoryStore:
         inserts: Sequence[Any] = (),
         fences: Sequence[Fence] = (),
         writes: Sequence[Any] = (),
+        *,
+        wait_for_disk: bool = True,  # memory has no disk to wait for
     ) -> None:
         if writes:
             # Store-level writes are SQL statements (an approval link used up with its
