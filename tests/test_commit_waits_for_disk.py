@@ -18,7 +18,7 @@ from sqlmodel import select
 
 from bench.counting import fsyncs_between_markers
 from lockgate.machine.db.connect import open_engine
-from lockgate.machine.db.migrate import upgrade_database
+from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.db.schema import Instance
 from lockgate.machine.db.store import SqlStore
 from lockgate.spec import MACHINES
@@ -39,6 +39,16 @@ def test_only_the_request_bookkeeping_skips_the_wait() -> None:
     assert created_lazily == {"owed_request"}
 
 
+def migrated_sqlite(folder: Path) -> str:
+    url = f"sqlite:///{folder / 'lockgate.db'}"
+    engine = open_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return url
+
+
 def one_commit(url: str, mode: str, end: str, trace: Path | None = None) -> int:
     command = [sys.executable, "-m", "tests.support.procs.one_commit", url, mode, end]
     if trace is not None:
@@ -54,16 +64,14 @@ def one_commit(url: str, mode: str, end: str, trace: Path | None = None) -> int:
 def test_a_commit_that_does_not_wait_makes_no_fsync_on_sqlite(
     tmp_path: Path, mode: str, fsyncs: int
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'lockgate.db'}"
-    upgrade_database(url)
+    url = migrated_sqlite(tmp_path)
     trace = tmp_path / "strace.log"
     assert one_commit(url, mode, "exit", trace) == 0
     assert fsyncs_between_markers(trace.read_text()) == fsyncs
 
 
 def test_a_commit_that_did_not_wait_survives_the_process_s_sigkill(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'lockgate.db'}"
-    upgrade_database(url)
+    url = migrated_sqlite(tmp_path)
     assert one_commit(url, "lazy", "kill") == -signal.SIGKILL
     engine = open_engine(url)
     try:
@@ -79,8 +87,7 @@ def test_a_commit_that_did_not_wait_survives_the_process_s_sigkill(tmp_path: Pat
 def test_postgresql_is_asked_not_to_wait_only_for_such_a_commit(database_url: str) -> None:
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite is seen from the outside above")
-    upgrade_database(database_url)
-    engine = open_engine(database_url)
+    engine = open_engine(database_url)  # (a copy of the migrated template)
     sent: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda *a: sent.append(str(a[2])))
     try:
