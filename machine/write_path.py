@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from lockgate.machine.bindings import BINDINGS, Facts
 from lockgate.machine.errors import GuardRefused, IllegalTransition
@@ -61,8 +61,13 @@ class Carried:
     steps: list[Step] = field(default_factory=list)
     inserts: list[object] = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.steps)
+
+class Decided(NamedTuple):
+    """A step with the edge it takes and the change it commits."""
+
+    step: Step
+    t: TransitionSpec
+    change: Change
 
 
 @dataclass(frozen=True)
@@ -136,9 +141,7 @@ class WritePath:
             return False
         return True
 
-    def _decide_in_order(
-        self, steps: Sequence[Step], now: datetime
-    ) -> list[tuple[TransitionSpec, Change]]:
+    def _decide_in_order(self, steps: Sequence[Step], now: datetime) -> list[Decided]:
         """Decide each step on its record as the steps before it in the same transaction
         leave it (a call approved and then dispatched in one commit)."""
         projected: dict[tuple[str, str], Record] = {}
@@ -146,11 +149,11 @@ class WritePath:
         for step in steps:
             key = (step.record.machine, step.record.id)
             at = projected.get(key, step.record)
-            t, change = self.decide(step if at is step.record else replace(step, record=at), now)
+            t, change = self.decide(replace(step, record=at), now)
             projected[key] = Record(
                 at.machine, at.id, change.dest, at.version + 1, {**at.fields, **change.updates}
             )
-            decided.append((t, change))
+            decided.append(Decided(step, t, change))
         return decided
 
     def carry(
@@ -226,7 +229,7 @@ class WritePath:
         ahead = carried.steps if carried is not None else []
         decided = self._decide_in_order([*ahead, *steps], now)
         # The carried steps' effects ran when they were carried.
-        with_effect = [t for t, _ in decided[len(ahead) :] if t.external_effect is not None]
+        with_effect = [d.t for d in decided[len(ahead) :] if d.t.external_effect is not None]
         if len(with_effect) > 1:
             raise ValueError("one transaction may carry at most one external effect")
         if with_effect and effect is None:
@@ -237,7 +240,7 @@ class WritePath:
         def points(phase: Phase) -> None:
             if self.faults is None:
                 return
-            for t, change in decided:
+            for _, t, change in decided:
                 if t.durable:
                     self.faults.reached(
                         CrashPoint(change.machine, t.event, change.source, t.dest, phase)
@@ -250,7 +253,7 @@ class WritePath:
             result = effect()
             points("after_effect")
         points("before_commit")
-        changes = tuple(change for _, change in decided)
+        changes = tuple(d.change for d in decided)
         # Kept when the fenced record also takes a step here: checked first, it refuses a
         # stale owner before the transaction inserts anything (a call's row another owner
         # may have inserted meanwhile would fail as a duplicate, not as the conflict it is).
@@ -259,11 +262,11 @@ class WritePath:
         # The writes pass the same crash points as the transitions they commit with. The
         # commit waits for the disk if any of its transitions must (a store-level write
         # rides with a transition that does: a decision's token with its approval).
-        waits = any(t.waits_for_disk for t, _ in decided)
+        waits = any(d.t.waits_for_disk for d in decided)
         self.store.commit(changes, rows, fences, writes=writes, wait_for_disk=waits)
         for observe in self.observers:
             observe(changes)
-        for step, change in zip([*ahead, *steps], changes, strict=True):
+        for step, _, change in decided:
             step.record.absorb(change)
         if carried is not None:
             carried.steps.clear()
@@ -272,4 +275,4 @@ class WritePath:
         if timing is EffectTiming.AFTER_COMMIT and effect is not None:
             result = effect()
             points("after_effect")
-        return Applied(changes, tuple(t for t, _ in decided), result)
+        return Applied(changes, tuple(d.t for d in decided), result)

@@ -6,7 +6,7 @@ may be carried: the write path refuses the rest before their tool runs."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -117,7 +117,7 @@ def test_carried_calls_commit_with_the_next_step_of_their_execution() -> None:
         assert got == "listed"
     assert store_of(path).history == []  # made, nothing committed yet
     path.apply(Step(execution, "complete", {"outcome": {"result": 2}}), carried=carried)
-    assert not carried
+    assert (carried.steps, carried.inserts) == ([], [])
     assert [(p.record_id, p.event) for p in store_of(path).history] == [
         ("e1:1", "succeed_at_least_once"),
         ("e1:2", "succeed_at_least_once"),
@@ -139,7 +139,7 @@ def test_a_call_that_may_not_be_made_again_is_refused_before_its_tool_runs(
     carried = Carried()
     with pytest.raises(GuardRefused):
         path.carry(carried, settle(call), AT_ONCE, tool(ran, "x"), inserts=[call], probe=call)
-    assert ran == [] and not carried
+    assert ran == [] and carried.steps == []
     assert not path.allows(Step(call, "succeed_at_least_once"))
 
 
@@ -175,3 +175,69 @@ def test_a_crash_after_a_carried_call_ran_loses_its_entry() -> None:
         )
     assert ran == ["listed"]
     assert store_of(path).history == []
+
+
+def test_a_commit_waits_for_the_disk_unless_every_step_of_it_need_not() -> None:
+    """The spec says which commits may return before the disk has them: an MCP request's
+    bookkeeping (its owed entry and answer, its session's activity); one with any other
+    step waits."""
+    path = make_path()
+    session = Record("session", "s1", "idle")
+    store_of(path).insert(session)
+    path.create("owed_request", Record("owed_request", "s1/7", "owed"))
+    path.create("instance", Record("instance", "i1", "live"))
+    path.apply(Step(session, "begin_request"))
+    path.apply(Step(session, "end_request"))
+    owed = Record("owed_request", "s1/8", "owed")
+    store_of(path).insert(owed)
+    path.apply(Step(owed, "answer"), effect=lambda: None)
+    path.apply(Step(session, "begin_request"), Step(session, "close"))
+    assert store_of(path).waited == [False, True, False, False, False, True]
+
+
+def test_a_later_step_is_decided_on_what_the_earlier_ones_left() -> None:
+    """The second step's guard reads a column the first step wrote in the same commit
+    (here a deadline already past when the pause stores it)."""
+    path = make_path()
+    execution = running(path)
+    past = NOW - timedelta(minutes=1)
+    path.apply(
+        Step(execution, "pause", {"snapshot": b"s", "deadline": past}), Step(execution, "expire")
+    )
+    stored = store_of(path).get("execution", "e1")
+    assert (stored.status, stored.version, stored.fields["deadline"]) == ("expired", 2, past)
+
+
+def test_whether_a_step_is_allowed_is_asked_at_the_write_path_s_time() -> None:
+    clock = [NOW]
+    path = WritePath(MemoryStore(), clock=lambda: clock[0])
+    call = Record("tool_call", "e1:1", "awaiting_approval")
+    expire = Step(call, "expire", {"deadline": NOW + timedelta(hours=1)})
+    assert not path.allows(expire)
+    clock[0] = NOW + timedelta(hours=2)
+    assert path.allows(expire)
+
+
+def test_a_call_settled_into_an_event_it_did_not_declare_is_refused() -> None:
+    path = make_path()
+    call = new_call(1, idempotent=True)
+    with pytest.raises(
+        ValueError,
+        match=r"'fail_at_least_once' is not one of \['succeed_at_least_once'\]",
+    ):
+        path.carry(
+            Carried(),
+            lambda _: Step(call, "fail_at_least_once", {"result": {"error": "x"}}),
+            ("succeed_at_least_once",),
+            tool([], "listed"),
+            probe=call,
+        )
+
+
+def test_observers_are_told_of_each_carried_step() -> None:
+    path = make_path()
+    seen: list[Step] = []
+    path.carry_observers.append(seen.append)
+    call = new_call(1, idempotent=True)
+    path.carry(Carried(), settle(call), AT_ONCE, tool([], "listed"), inserts=[call], probe=call)
+    assert [(s.record.id, s.event) for s in seen] == [("e1:1", "succeed_at_least_once")]

@@ -36,6 +36,8 @@ class MemoryStore:
         self._rows: dict[tuple[str, str], Record] = {}
         self._lock = threading.Lock()
         self.history: list[Persisted] = []
+        #: Whether each commit, in order, was to wait for the disk.
+        self.waited: list[bool] = []
 
     def insert(self, record: Record) -> None:
         with self._lock:
@@ -59,7 +61,7 @@ class MemoryStore:
         fences: Sequence[Fence] = (),
         writes: Sequence[Any] = (),
         *,
-        wait_for_disk: bool = True,  # memory has no disk to wait for
+        wait_for_disk: bool = True,  # recorded in `waited`: memory has no disk to wait for
     ) -> None:
         if writes:
             # Store-level writes are SQL statements (an approval link used up with its
@@ -119,3 +121,4 @@ class MemoryStore:
                 )
             self._rows = rows
             self.history.extend(done)
+            self.waited.append(wait_for_disk)
