@@ -104,6 +104,10 @@ ARGUMENTS_PREVIEW_BYTES = 4096
 AT_LEAST_ONCE = ("succeed_at_least_once", "fail_at_least_once")
 #: A call made at once was sent once.
 _ONE = {"attempts": 1}
+#: At most this many calls made at once wait in memory for the next durable commit; the
+#: next one commits them first (with a checkpoint that keeps the last snapshot). Each entry
+#: holds a result of at most `max_result_bytes`: 4 MiB an execution at the defaults.
+MAX_CARRIED_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,8 @@ class Dispatcher:
         decision = self.policy.decide(tool.spec)
         if decision is PolicyDecision.APPROVE and self.write.allows(Step(call, AT_LEAST_ONCE[0])):
             # May be made again (idempotent, retries allowed): no commit of its own.
+            if len(carried.steps) >= MAX_CARRIED_CALLS:
+                self._commit_carried(ex, carried)
             ex.typed.calls_made = seq  # committed with the next durable step
             outcome = self._call_at_least_once(ex, call, row, carried)
             return self.resume_sandbox(ex, suspended.snapshot, outcome)
@@ -324,7 +330,6 @@ class Dispatcher:
         """Intent first: the dispatch commits (with the call's approval and row when they are
         new), then the tool runs, then its result commits."""
         tool = self.registry.get(call.typed.tool)
-        arguments = call.typed.arguments
         steps = list(opening.steps)
         if call.status == C.REQUESTED:
             steps.append(Step(call, "auto_approve"))
@@ -333,9 +338,7 @@ class Dispatcher:
         applied = self.write.apply(
             *steps,
             Step(call, event, data={"attempts": attempts}),
-            effect=lambda: self._invoke(
-                tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
-            ),
+            effect=self._invocation(tool, ex, call),
             inserts=opening.inserts,
             fence=ex,  # only while this instance still holds the execution
             carried=opening.carried,
@@ -348,12 +351,26 @@ class Dispatcher:
             self.write.apply(Step(call, "fail", {"result": {"error": done.error}}), fence=ex)
         return _outcome(tool, done)
 
+    def _commit_carried(self, ex: ExecutionRecord, carried: Carried) -> None:
+        """Commit the calls made at once so far, so memory holds a bounded number: with a
+        checkpoint that keeps the last snapshot (the one at the next call would name a call
+        not journaled yet), from which recovery replays them from the journal."""
+        self.write.apply(
+            Step(
+                ex,
+                "checkpoint",
+                {"snapshot": ex.typed.snapshot},
+                data={"calls_made": ex.typed.calls_made, "logs": ex.typed.logs},
+            ),
+            fence=ex,
+            carried=carried,
+        )
+
     def _call_at_least_once(
         self, ex: ExecutionRecord, call: CallRecord, row: ToolCall, carried: Carried
     ) -> ToolOutcome:
         """Call the tool now; its journal entry is carried to the next durable commit."""
         tool = self.registry.get(call.typed.tool)
-        arguments = call.typed.arguments
         self.go_on()
 
         def settle(done: _Dispatched) -> Step:
@@ -365,13 +382,19 @@ class Dispatcher:
             carried,
             settle,
             AT_LEAST_ONCE,
-            lambda: self._invoke(
-                tool, arguments if isinstance(arguments, dict) else {}, call.id, ex
-            ),
+            self._invocation(tool, ex, call),
             inserts=[row],
             probe=call,
         )
         return _outcome(tool, done)
+
+    def _invocation(
+        self, tool: Tool, ex: ExecutionRecord, call: CallRecord
+    ) -> Callable[[], _Dispatched]:
+        """The tool call as the write path runs it, with the journaled arguments."""
+        arguments = call.typed.arguments
+        given = arguments if isinstance(arguments, dict) else {}
+        return lambda: self._invoke(tool, given, call.id, ex)
 
     def _invoke(
         self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: ExecutionRecord

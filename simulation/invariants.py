@@ -21,7 +21,6 @@ from lockgate.machine.db.schema import (
     TransitionLog,
 )
 from lockgate.machine.db.schema import Session as SessionRow
-from lockgate.machine.dispatcher import AT_LEAST_ONCE
 from lockgate.simulation.inbox import Inbox
 from lockgate.spec import (
     COMPOSITIONS,
@@ -31,8 +30,13 @@ from lockgate.spec import (
     SessionStatus,
     ToolCallStatus,
 )
+from lockgate.spec.composition import EXECUTION_WITH_TOOL_CALL
 from lockgate.spec.session_lease import LeasePolicy
 from lockgate.spec.traces import LoggedStep, check_trace
+
+#: The calls made at once, journaled with their execution's next durable step (the spec's
+#: `Composition.carried`): made again after a crash before it, as the spec allows.
+MADE_AT_ONCE = frozenset(event for _, event in EXECUTION_WITH_TOOL_CALL.carried)
 
 INVARIANTS = (
     "no execution is non-terminal without a live owner or a durable wait",
@@ -168,7 +172,7 @@ def _dispatched_as_allowed(
         if r.machine == "tool_call" and r.event in ("dispatch", "redispatch")
     )
     at_least_once = {
-        r.record_id for r in log if r.machine == "tool_call" and r.event in AT_LEAST_ONCE
+        r.record_id for r in log if r.machine == "tool_call" and r.event in MADE_AT_ONCE
     }
     made = Counter(str(e["idempotency_key"]) for e in effects)
     reads = {str(e["idempotency_key"]) for e in effects if e.get("read")}

@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 import time
 
-from lockgate.machine.dispatcher import AT_LEAST_ONCE, ExecutionRecord
+from lockgate.machine.dispatcher import ExecutionRecord
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.write_path import Step
+from lockgate.simulation.invariants import MADE_AT_ONCE
 from lockgate.simulation.scenario_steps import started
 from lockgate.simulation.world import Client, ScenarioFailed, expect
 from lockgate.spec import ExecutionStatus as E
@@ -48,7 +49,7 @@ def drain_mid_run(runtime: Runtime, ex: ExecutionRecord) -> None:
             called.set()
 
     def note_made_at_once(step: Step) -> None:
-        if step.record.machine == "tool_call" and step.event in AT_LEAST_ONCE:
+        if step.record.machine == "tool_call" and step.event in MADE_AT_ONCE:
             called.set()
 
     failures: list[BaseException] = []

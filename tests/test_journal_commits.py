@@ -11,9 +11,10 @@ from collections import defaultdict
 from sqlmodel import col, select
 
 from lockgate.machine.db.schema import TransitionLog
+from lockgate.machine.dispatcher import MAX_CARRIED_CALLS
 from lockgate.machine.runtime import Runtime
 from lockgate.spec import ExecutionStatus
-from tests.support.engine_records import WRITE_THEN_READ, MakeRuntime
+from tests.support.engine_records import WRITE_THEN_READ, MakeRuntime, row_of
 
 #: Three reads, a write the policy approves, two reads.
 READS_AROUND_A_WRITE = (
@@ -81,3 +82,22 @@ def test_with_retries_off_every_call_is_journaled_before_it_runs(
         ["1.succeed"],
         ["e.complete"],
     ]
+
+
+def test_reads_made_at_once_wait_in_memory_at_most_a_bounded_number_at_a_time(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Each waiting entry holds a result: past `MAX_CARRIED_CALLS` they are committed, with
+    a checkpoint that keeps the last snapshot, before the next read is made."""
+    rt = make_runtime()
+    reads = MAX_CARRIED_CALLS + 2
+    view = rt.engine.execute("alice", f"for i in range({reads}):\n    tools.notes.list()\n'ok'")
+    assert view.status is ExecutionStatus.COMPLETED and view.result == "ok"
+    made = [f"{seq}.succeed_at_least_once" for seq in range(1, reads + 1)]
+    assert commits(rt, view.id) == [
+        ["e.start"],
+        [*made[:MAX_CARRIED_CALLS], "e.checkpoint"],
+        [*made[MAX_CARRIED_CALLS:], "e.complete"],
+    ]
+    row = row_of(rt, view.id)
+    assert (row.snapshot, row.snapshot_call, row.calls_made) == (None, None, reads)
