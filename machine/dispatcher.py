@@ -24,6 +24,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.db.schema import Execution, ToolCall
 from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import GuardRefused
 from lockgate.machine.policy import Policy, PolicyDecision
 from lockgate.machine.records import RowRecord
 from lockgate.machine.sandbox import (
@@ -204,13 +205,15 @@ class Dispatcher:
         )
         call = record_of(row)
         decision = self.policy.decide(tool.spec)
-        if decision is PolicyDecision.APPROVE and self.write.allows(Step(call, AT_LEAST_ONCE[0])):
-            # May be made again (idempotent, retries allowed): no commit of its own.
-            if len(carried.steps) >= MAX_CARRIED_CALLS:
-                self._commit_carried(ex, carried)
-            ex.typed.calls_made = seq  # committed with the next durable step
-            outcome = self._call_at_least_once(ex, call, row, carried)
-            return self.resume_sandbox(ex, suspended.snapshot, outcome)
+        if decision is PolicyDecision.APPROVE:
+            # Made at once if the spec lets it be made again (idempotent, retries allowed):
+            # no commit of its own. Otherwise it is journaled before it runs, below.
+            try:
+                outcome = self._call_at_least_once(ex, call, row, carried)
+            except GuardRefused:
+                pass  # refused before the tool ran
+            else:
+                return self.resume_sandbox(ex, suspended.snapshot, outcome)
         checkpoint = self.settings.checkpoint_every_call
         # The call's row commits with the policy's decision and the execution's checkpoint,
         # in one transaction (with the calls carried so far).
@@ -369,9 +372,12 @@ class Dispatcher:
     def _call_at_least_once(
         self, ex: ExecutionRecord, call: CallRecord, row: ToolCall, carried: Carried
     ) -> ToolOutcome:
-        """Call the tool now; its journal entry is carried to the next durable commit."""
+        """Call the tool now; its journal entry is carried to the next durable commit.
+        `GuardRefused` (before anything ran) when the spec does not let it be made so."""
         tool = self.registry.get(call.typed.tool)
         self.go_on()
+        if len(carried.decided) >= MAX_CARRIED_CALLS:
+            self._commit_carried(ex, carried)
 
         def settle(done: _Dispatched) -> Step:
             if done.error is None:
@@ -386,6 +392,7 @@ class Dispatcher:
             inserts=[row],
             probe=call,
         )
+        ex.typed.calls_made = call.typed.seq  # committed with the next durable step
         return _outcome(tool, done)
 
     def _invocation(

@@ -51,6 +51,14 @@ class Step:
             raise ValueError(f"{sorted(reserved)} change only through a transition")
 
 
+class Decided(NamedTuple):
+    """A step with the edge it takes and the change it commits."""
+
+    step: Step
+    t: TransitionSpec
+    change: Change
+
+
 @dataclass
 class Carried:
     """Steps whose effect already ran and that have no commit of their own (an idempotent
@@ -58,16 +66,15 @@ class Carried:
     the next `apply` they are handed to, ahead of its own steps, and are then cleared. Lost
     in a crash before that, which is what their transitions declare."""
 
-    steps: list[Step] = field(default_factory=list)
+    #: Each carried step as `carry` decided it, before its effect ran: its record is a row
+    #: no other transaction can reach before the commit that inserts it, so the decision
+    #: stands and the commit does not decide it again.
+    decided: list[Decided] = field(default_factory=list)
     inserts: list[object] = field(default_factory=list)
 
-
-class Decided(NamedTuple):
-    """A step with the edge it takes and the change it commits."""
-
-    step: Step
-    t: TransitionSpec
-    change: Change
+    @property
+    def steps(self) -> list[Step]:
+        return [d.step for d in self.decided]
 
 
 @dataclass(frozen=True)
@@ -133,14 +140,6 @@ class WritePath:
         )
         return t, change
 
-    def allows(self, step: Step) -> bool:
-        """Whether the spec lets `step` be taken now (its edge exists, its guards hold)."""
-        try:
-            self._edge(step, self.clock())
-        except (GuardRefused, IllegalTransition):
-            return False
-        return True
-
     def _decide_in_order(self, steps: Sequence[Step], now: datetime) -> list[Decided]:
         """Decide each step on its record as the steps before it in the same transaction
         leave it (a call approved and then dispatched in one commit)."""
@@ -170,7 +169,9 @@ class WritePath:
         `events`) to the next `apply` given `carried`, with `inserts`. Each event must be
         legal on `probe` (the record as it is now) and declare an effect that comes first,
         before the effect runs: the spec decides whether a call may be made with no intent
-        written first, not the caller."""
+        written first, not the caller: an event it refuses raises `GuardRefused` (or
+        `IllegalTransition`) before the effect runs, and the caller may then make the call
+        the way the spec allows."""
         now = self.clock()
         for event in events:
             t = self._edge(Step(probe, event), now)
@@ -183,12 +184,17 @@ class WritePath:
         chosen = step(result)
         if chosen.event not in events:
             raise ValueError(f"{chosen.event!r} is not one of {list(events)}")
-        t, change = self.decide(chosen, now)
+        try:
+            t, change = self.decide(chosen, now)
+        except (GuardRefused, IllegalTransition) as refused:
+            # Its events were checked before the effect ran: a refusal now is not the
+            # caller's to recover from by making the call another way.
+            raise ValueError(f"{chosen.event!r} was refused after its effect ran") from refused
         if self.faults is not None:
             self.faults.reached(
                 CrashPoint(change.machine, t.event, change.source, t.dest, "after_effect")
             )
-        carried.steps.append(chosen)
+        carried.decided.append(Decided(chosen, t, change))
         carried.inserts.extend(inserts)
         for observe in self.carry_observers:
             observe(chosen)
@@ -226,8 +232,8 @@ class WritePath:
         if not steps:
             raise ValueError("apply needs at least one step")
         now = self.clock()
-        ahead = carried.steps if carried is not None else []
-        decided = self._decide_in_order([*ahead, *steps], now)
+        ahead = carried.decided if carried is not None else []
+        decided = [*ahead, *self._decide_in_order(steps, now)]
         # The carried steps' effects ran when they were carried.
         with_effect = [d.t for d in decided[len(ahead) :] if d.t.external_effect is not None]
         if len(with_effect) > 1:
@@ -269,7 +275,7 @@ class WritePath:
         for step, _, change in decided:
             step.record.absorb(change)
         if carried is not None:
-            carried.steps.clear()
+            carried.decided.clear()
             carried.inserts.clear()
         points("after_commit")
         if timing is EffectTiming.AFTER_COMMIT and effect is not None:

@@ -140,7 +140,6 @@ def test_a_call_that_may_not_be_made_again_is_refused_before_its_tool_runs(
     with pytest.raises(GuardRefused):
         path.carry(carried, settle(call), AT_ONCE, tool(ran, "x"), inserts=[call], probe=call)
     assert ran == [] and carried.steps == []
-    assert not path.allows(Step(call, "succeed_at_least_once"))
 
 
 def test_an_event_that_writes_its_intent_first_is_not_carried() -> None:
@@ -208,14 +207,17 @@ def test_a_later_step_is_decided_on_what_the_earlier_ones_left() -> None:
     assert (stored.status, stored.version, stored.fields["deadline"]) == ("expired", 2, past)
 
 
-def test_whether_a_step_is_allowed_is_asked_at_the_write_path_s_time() -> None:
-    clock = [NOW]
-    path = WritePath(MemoryStore(), clock=lambda: clock[0])
-    call = Record("tool_call", "e1:1", "awaiting_approval")
-    expire = Step(call, "expire", {"deadline": NOW + timedelta(hours=1)})
-    assert not path.allows(expire)
-    clock[0] = NOW + timedelta(hours=2)
-    assert path.allows(expire)
+def test_a_refusal_after_the_tool_ran_is_not_one_a_caller_may_retry_another_way() -> None:
+    """The events are checked before the tool runs; a step refused afterwards (its record
+    is not the one checked) raises ValueError, never the GuardRefused on which a caller
+    journals the call and makes it again."""
+    path = make_path()
+    checked = new_call(1, idempotent=True)
+    other = new_call(2, idempotent=False)
+    ran: list[str] = []
+    with pytest.raises(ValueError, match="'succeed_at_least_once' was refused after its effect"):
+        path.carry(Carried(), settle(other), AT_ONCE, tool(ran, "listed"), probe=checked)
+    assert ran == ["listed"]
 
 
 def test_a_call_settled_into_an_event_it_did_not_declare_is_refused() -> None:
