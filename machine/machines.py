@@ -1,8 +1,12 @@
 """`transitions` machines built from the spec: they decide which declared edge an event takes.
 
 Built with `auto_transitions=False`, so the spec's edges are the only ones. One machine per
-lifecycle serves every record: a record's stored status is added as a short-lived model,
-the event is triggered, and the chosen transition is read back. The stored status, not a
+lifecycle serves every record: a short-lived probe holding the record's stored status is
+handed to the event, and the chosen transition is read back. The probe is never registered
+with the machine (`add_model`): the machine is shared by every thread of the process, and
+`transitions` finds registered models by equality, so two threads deciding for records with
+equal status and facts would see each other's probe and one would be left without a
+trigger. Triggering the event directly touches no shared state. The stored status, not a
 Python attribute, stays the truth; the write path does the writing.
 """
 
@@ -23,7 +27,7 @@ from lockgate.spec import MACHINES, MachineSpec, TransitionSpec, load
 logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Probe:
     """A throwaway model: the record's status and the facts guards may read."""
 
@@ -76,15 +80,12 @@ class LifecycleMachine:
                 machine=self.spec.name, record_id=record_id, event=event, source=status
             )
         probe = _Probe(state=status, facts=facts)
-        self._machine.add_model(probe, initial=status)
         try:
-            fired = probe.trigger(event)  # type: ignore[attr-defined]
+            fired = self._machine.events[event].trigger(probe)
         except MachineError:
             raise IllegalTransition(
                 machine=self.spec.name, record_id=record_id, event=event, source=status
             ) from None
-        finally:
-            self._machine.remove_model(probe)
         if not fired or probe.chosen is None:
             raise GuardRefused(
                 machine=self.spec.name, record_id=record_id, event=event, source=status

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -39,6 +41,21 @@ def test_machines_have_only_the_spec_edges() -> None:
         machines["execution"].decide("e1", "pending", "to_completed", Facts(now=NOW))
     with pytest.raises(IllegalTransition, match="'complete' is not a transition the spec"):
         machines["execution"].decide("e1", "pending", "complete", Facts(now=NOW))
+
+
+def test_records_with_equal_facts_decided_on_many_threads_each_get_their_edge() -> None:
+    # The server and the simulator decide on worker threads, all with the same machines. Two
+    # records in the same status with the same facts must not see each other's decision.
+    machine = build_machines()["execution"]
+    facts = Facts(now=NOW)
+    start = threading.Barrier(8)
+
+    def decide_many(thread: int) -> set[str]:
+        start.wait()
+        return {machine.decide(f"e{thread}", "pending", "start", facts).dest for _ in range(500)}
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert set().union(*pool.map(decide_many, range(8))) == {"running"}
 
 
 def _flag_bindings(machine: spec.MachineSpec) -> MachineBindings:
