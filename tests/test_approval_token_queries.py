@@ -144,13 +144,12 @@ def test_a_name_that_never_settles_is_an_error_after_three_tries(
 
 def test_a_link_decides_once(store: SqlStore) -> None:
     store.approval_tokens.hand_out(token("t1"))
-    with Session(store.engine) as s:
-        UseApprovalToken("t1", NOW).write(s)
-        s.commit()
+    with store.engine.begin() as conn:
+        UseApprovalToken("t1", NOW).write(conn)
     used = store.approval_tokens.get("t1")
     assert used is not None and used.used_at is not None
-    with Session(store.engine) as s, pytest.raises(ApprovalTokenUsed) as refused:
-        UseApprovalToken("t1", NOW + timedelta(seconds=1)).write(s)
+    with store.engine.begin() as conn, pytest.raises(ApprovalTokenUsed) as refused:
+        UseApprovalToken("t1", NOW + timedelta(seconds=1)).write(conn)
     assert refused.value.as_dict() == {
         "code": "forbidden",
         "message": "This approval link was already used: a decision was already sent with "

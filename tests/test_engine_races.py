@@ -186,7 +186,7 @@ class UsedUp:
     """A write committed with a decision (as an approval link is used up by it); this one
     writes nothing, it only makes the decision one that carries a write."""
 
-    def write(self, session: Any) -> None:
+    def write(self, conn: Any) -> None:
         pass
 
 

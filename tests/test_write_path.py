@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from sqlmodel import Session as SqlSession
+from sqlalchemy import Connection
 from sqlmodel import select
 
 import lockgate.spec as spec
@@ -163,8 +163,8 @@ class RecordingWrite:
         self.refuse = refuse
         self.ran_in_transaction: list[bool] = []
 
-    def write(self, session: SqlSession) -> None:
-        self.ran_in_transaction.append(session.in_transaction())
+    def write(self, conn: Connection) -> None:
+        self.ran_in_transaction.append(conn.in_transaction())
         if self.refuse:
             raise LookupError("this link was used already")
 

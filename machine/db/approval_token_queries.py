@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, update
+from sqlalchemy import Connection, delete, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import ApprovalToken
@@ -42,8 +42,8 @@ class UseApprovalToken:
     link_id: str
     at: datetime
 
-    def write(self, session: Session) -> None:
-        result = session.execute(
+    def write(self, conn: Connection) -> None:
+        result = conn.execute(
             update(ApprovalToken)
             .where(
                 col(ApprovalToken.id) == self.link_id,
@@ -51,7 +51,7 @@ class UseApprovalToken:
             )
             .values(used_at=self.at)
         )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        if result.rowcount != 1:
             raise ApprovalTokenUsed()
 
 
