@@ -13,10 +13,9 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
 
 from anyio import to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 
 from lockgate.machine.runtime import Runtime
@@ -38,7 +37,12 @@ from lockgate.server.event_store import ReplayLogs
 from lockgate.server.http_guards import BodyLimit, HostAllowlist, transport_security
 from lockgate.server.keys import ApiKeys
 from lockgate.server.mcp_server import LockgateMCP
-from lockgate.server.operations import Metrics, log_transitions, operations_router, timed
+from lockgate.server.operations import (
+    Metrics,
+    TimedRequests,
+    log_transitions,
+    operations_router,
+)
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.session_gate import SessionGate
@@ -136,10 +140,6 @@ def create_app(
     app.state.drain = drain
     app.state.approval_tokens = tokens
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Any) -> Any:
-        return await timed(request, call_next, metrics)
-
     app.include_router(
         operations_router(runtime, metrics, ready, keys if settings.metrics_require_key else None)
     )
@@ -162,4 +162,5 @@ def create_app(
     # (Starlette runs the middleware added last first.)
     app.add_middleware(HostAllowlist, security=security, prefixes=("/approve", "/api/"))
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(TimedRequests, metrics=metrics)
     return app

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
-from lockgate.server.auth import bearer_token
+from lockgate.server.auth import ASGIApp, Message, Receive, Scope, Send, bearer_token
 from lockgate.server.keys import ApiKeys
 
 APPROVAL_PATH = re.compile(r"/approve/[^/?\s\"']+")
@@ -214,10 +214,29 @@ def operations_router(
     return router
 
 
-async def timed(request: Request, call_next: Any, metrics: Metrics) -> Response:
-    start = time.perf_counter()
-    response: Response = await call_next(request)
-    route = request.scope.get("route")
-    path = getattr(route, "path", None) or ("/mcp" if request.url.path == "/mcp" else "other")
-    metrics.latency.labels(path).observe(time.perf_counter() - start)
-    return response
+class TimedRequests:
+    """Observes each HTTP request's latency, by route, until its response starts.
+
+    A plain ASGI middleware: starlette's `BaseHTTPMiddleware` (`@app.middleware("http")`)
+    runs the app in a task of its own and copies every response body through a memory
+    stream, a cost every MCP request paid for one histogram observation."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                route = scope.get("route")
+                path = getattr(route, "path", None) or (
+                    "/mcp" if scope.get("path") == "/mcp" else "other"
+                )
+                self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+            await send(message)
+
+        await self.app(scope, receive, observed)

@@ -27,8 +27,9 @@ from sqlmodel import Session, SQLModel
 from lockgate.machine.db.approval_token_queries import (
     ApprovalTokenQueries,
 )
-from lockgate.machine.db.connect import lazy_commits
+from lockgate.machine.db.connect import lazy_commits, sqlite_file
 from lockgate.machine.db.execution_queries import ExecutionQueries
+from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
 from lockgate.machine.db.instance_queries import InstanceQueries
 from lockgate.machine.db.key_queries import KeyQueries
 from lockgate.machine.db.metrics_queries import MetricsQueries
@@ -135,8 +136,12 @@ class SqlStore:
         self.metrics = MetricsQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine)
-        #: The engine of commits that do not wait for the disk (`lazy_commits`).
-        self._lazy = lazy_commits(engine)
+        lazy = lazy_commits(engine)  # for commits that do not wait for the disk
+        on_sqlite = engine.dialect.name == "sqlite" and sqlite_file(str(engine.url)) is not None
+        #: How commits reach the database: grouped on a SQLite file (`GroupCommit`).
+        self.committer: Committer = (
+            GroupCommit(engine, lazy) if on_sqlite else SoloCommit(engine, lazy)
+        )
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -164,8 +169,8 @@ class SqlStore:
             ((_table(type(row)), row) for row in inserts),
             key=lambda pair: _INSERT_ORDER[pair[0].name],
         )
-        engine = self.engine if wait_for_disk else self._lazy
-        with engine.begin() as conn:
+
+        def statements(conn: Connection) -> None:
             for fence in fences:
                 held = conn.execute(
                     _fence(_table(TABLES[fence.machine]).name),
@@ -201,7 +206,7 @@ class SqlStore:
                     },
                 )
                 if result.rowcount != 1:
-                    # Leaving the block with an exception rolls every change back.
+                    # Raising rolls every change of this commit back.
                     raise Conflict(
                         machine=change.machine,
                         record_id=change.record_id,
@@ -225,6 +230,8 @@ class SqlStore:
                         for change in changes
                     ],
                 )
+
+        self.committer.commit(statements, wait_for_disk=wait_for_disk)
 
     def _refuse_non_initial(self, row: SQLModel) -> None:
         machine = MACHINE_OF.get(type(row))

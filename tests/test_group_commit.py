@@ -1,0 +1,162 @@
+"""Group commit on SQLite (`machine.db.group_commit`): commits that are ready together share
+one transaction, and so one fsync; one of them refused fails alone; the group waits for
+the disk when any of its commits must."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+from sqlmodel import Session, select
+
+from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.group_commit import GroupCommit
+from lockgate.machine.db.migrate import upgrade
+from lockgate.machine.db.schema import Instance
+from lockgate.machine.db.store import SqlStore
+from lockgate.machine.errors import Conflict
+from lockgate.machine.records import Change
+from tests.support.polling import wait_for
+from tests.support.procs.one_commit import instance_row
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    engine = open_engine(f"sqlite:///{tmp_path / 'lockgate.db'}")
+    upgrade(engine)
+    try:
+        yield SqlStore(engine)
+    finally:
+        engine.dispose()
+
+
+def committer(store: SqlStore) -> GroupCommit:
+    assert isinstance(store.committer, GroupCommit)
+    return store.committer
+
+
+class Statements:
+    """The SQL sent on the store's engine, and how many transactions committed."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.sent: list[str] = []
+        self.commits = 0
+        event.listen(store.engine, "before_cursor_execute", self._sent)
+        event.listen(store.engine, "commit", self._committed)
+
+    def _sent(self, *args: object) -> None:
+        self.sent.append(str(args[2]))
+
+    def _committed(self, _conn: object) -> None:
+        self.commits += 1
+
+
+def together(store: SqlStore, commits: Sequence[Callable[[], None]]) -> list[BaseException | None]:
+    """Run `commits` on threads of their own while the writer is busy, so that all of them
+    are queued before any is taken; what each raised (None: it committed)."""
+    outcomes: list[BaseException | None] = [None] * len(commits)
+
+    def run(n: int) -> None:
+        try:
+            commits[n]()
+        except BaseException as exc:  # the test reports what each raised, interrupts too
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(commits))]
+    with committer(store).writer:
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: committer(store).waiting == len(commits), "every commit queued")
+    for thread in threads:
+        thread.join(timeout=30)
+    return outcomes
+
+
+def names(store: SqlStore) -> set[str]:
+    with Session(store.engine) as s:
+        return {row.name for row in s.exec(select(Instance))}
+
+
+def test_commits_ready_together_share_one_transaction(store: SqlStore) -> None:
+    seen = Statements(store)
+    rows = [instance_row(f"instance-{n}") for n in range(5)]
+    outcomes = together(store, [partial(store.commit, (), (row,)) for row in rows])
+    assert outcomes == [None] * 5
+    assert names(store) == {f"instance-{n}" for n in range(5)}
+    assert seen.commits == 1
+    # Alone, a commit is a transaction of its own, with no savepoint.
+    store.commit((), (instance_row("alone"),))
+    assert seen.commits == 2 and not any("SAVEPOINT" in s for s in seen.sent[-3:])
+
+
+def test_a_commit_refused_in_a_group_fails_alone(store: SqlStore) -> None:
+    stale = instance_row("stale")
+    store.commit((), (stale,))
+    moved = Change("instance", stale.id, "declare_dead", "live", "dead", 0, {})
+    store.commit((moved,))
+    seen = Statements(store)
+    outcomes = together(
+        store,
+        [
+            lambda: store.commit((), (instance_row("before"),)),
+            # Its version is gone: the change touches no row.
+            lambda: store.commit((moved,), (instance_row("with-the-stale-change"),)),
+            lambda: store.commit((), (instance_row("after"),)),
+        ],
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], Conflict)
+    assert names(store) == {"stale", "before", "after"}
+    assert seen.commits == 1
+
+
+def test_a_group_waits_for_the_disk_when_one_of_its_commits_must(store: SqlStore) -> None:
+    seen = Statements(store)
+
+    def synchronous() -> list[str]:
+        return [s for s in seen.sent if s.startswith("PRAGMA synchronous")]
+
+    lazy = [
+        partial(store.commit, (), (instance_row(f"lazy-{n}"),), wait_for_disk=False)
+        for n in range(2)
+    ]
+    assert together(store, lazy) == [None, None]
+    assert synchronous() == ["PRAGMA synchronous=NORMAL"]
+    mixed = [
+        lambda: store.commit((), (instance_row("lazy-again"),), wait_for_disk=False),
+        lambda: store.commit((), (instance_row("durable"),)),
+    ]
+    assert together(store, mixed) == [None, None]
+    assert synchronous() == ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=FULL"]
+    assert seen.commits == 2
+
+
+class Interrupt(BaseException):
+    """Not an error of the commit: what tears a thread down (as KeyboardInterrupt)."""
+
+
+class Interrupting:
+    def write(self, conn: object) -> None:
+        raise Interrupt
+
+
+def test_a_group_torn_down_loses_no_commit_silently(store: SqlStore) -> None:
+    # Whichever thread leads, the interrupt ends the group: every commit either committed
+    # (in the next group) or raised to its own caller; the interrupted one never commits.
+    outcomes = together(
+        store,
+        [
+            lambda: store.commit((), (instance_row("first"),)),
+            lambda: store.commit((), (instance_row("torn"),), writes=[Interrupting()]),
+            lambda: store.commit((), (instance_row("last"),)),
+        ],
+    )
+    committed = names(store)
+    assert "torn" not in committed and isinstance(outcomes[1], Interrupt)
+    for n, name in ((0, "first"), (2, "last")):
+        assert (name in committed) == (outcomes[n] is None)
+        assert outcomes[n] is None or isinstance(outcomes[n], Interrupt)
