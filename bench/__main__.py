@@ -24,6 +24,7 @@ from bench.history import history_cost
 from bench.machine import describe
 from bench.mcp_throughput import mcp_throughput
 from bench.report import render
+from bench.resume import resume_cost
 from bench.simulator import simulator_throughput
 
 HERE = Path(__file__).resolve().parent
@@ -94,8 +95,11 @@ def main() -> None:
         "--render", action="store_true", help="rewrite RESULTS.md from results.json"
     )
     args = parser.parse_args()
+    profiles_file = HERE / "profiles.json"
+    profiles = json.loads(profiles_file.read_text()) if profiles_file.exists() else {}
     if args.render:
-        (HERE / "RESULTS.md").write_text(render(json.loads((HERE / "results.json").read_text())))
+        results_file = HERE / "results.json"
+        (HERE / "RESULTS.md").write_text(render(json.loads(results_file.read_text()), profiles))
         return
     ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
     out_dir: Path = args.out or (
@@ -123,9 +127,11 @@ def main() -> None:
         results["mcp"] = mcp_throughput(work / "mcp", smoke=args.smoke)
         (work / "history").mkdir()
         results["history"] = history_cost(work / "history", smoke=args.smoke)
+        (work / "resume").mkdir()
+        results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out_dir / "RESULTS.md").write_text(render(results))
+    (out_dir / "RESULTS.md").write_text(render(results, profiles))
     print(f"bench: wrote {out_dir / 'results.json'} and {out_dir / 'RESULTS.md'}")
 
 

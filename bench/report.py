@@ -6,7 +6,8 @@ import statistics
 from typing import Any
 
 #: The cases the suite does not measure yet, said in the results rather than left out.
-NOT_YET = ("6. Resume after restart p50/p99; RSS per 1,000 paused executions and idle sessions",)
+#: Cases the suite does not measure yet (none now).
+NOT_YET: tuple[str, ...] = ()
 
 
 def median_ms(samples: list[list[float]], per: int, column: int = 0) -> float:
@@ -124,6 +125,33 @@ def _throughput_section(mcp: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def _resume_section(resume: dict[str, Any] | None) -> list[str]:
+    """Case 6: memory per paused execution and idle session; resuming after a restart."""
+    if resume is None:  # a results file from before the case existed
+        return []
+    r = resume["resume"]
+    return [
+        "## 6. Paused work, idle sessions, and resuming after a restart (SQLite)",
+        "",
+        f"A real `lockgate serve`; 8 SDK clients start {resume['paused']:,} executions that "
+        f"each pause on a call needing approval, then {resume['sessions']:,} sessions are "
+        "opened and left idle; the server is restarted (SIGTERM, then started on the same "
+        "file) and the clients accept every paused call. Memory is the server's `VmRSS` "
+        f"(from {resume['rss_before_mib']:g} MiB after warm-up). Goal: less than 1 MB per "
+        "1,000 paused executions.",
+        "",
+        "| measure | figure |",
+        "|---|---|",
+        f"| RSS per 1,000 paused executions | **{resume['rss_per_1000_paused_mib']:g} MiB** |",
+        f"| RSS per 1,000 idle sessions | {resume['rss_per_1000_sessions_mib']:g} MiB |",
+        f"| restart: boot to ready, {resume['paused']:,} paused | "
+        f"{resume['restart_boot_seconds']:.2f} s |",
+        f"| resume after restart, p50 / p99 (first) | {r['p50_ms']:g} / {r['p99_ms']:g} ms "
+        f"({r['first_ms']:g} ms) |",
+        "",
+    ]
+
+
 def _history_section(history: dict[str, Any] | None) -> list[str]:
     """Case 5: boot to ready and idle CPU by history size, against the empty database."""
     if history is None:  # a results file from before the case existed
@@ -160,7 +188,41 @@ def _history_section(history: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
-def render(results: dict[str, Any]) -> str:
+def _profiles_section(profiles: dict[str, Any]) -> list[str]:
+    """Where the server's CPU goes under case 3's load, one column per profile taken."""
+    if not profiles:
+        return []
+    labels = list(profiles)
+    owners = sorted(
+        {name for p in profiles.values() for name in p["shares"]},
+        key=lambda name: -max(p["shares"].get(name, 0.0) for p in profiles.values()),
+    )
+    lines = [
+        "## Profiles: where a busy server's time goes",
+        "",
+        "`python -m bench.profile LABEL` runs `lockgate serve` under case 3's load and samples "
+        "the thread holding the GIL with py-spy (under load the server is GIL-bound: one "
+        "core). Shares are of samples, by what the innermost frame belongs to.",
+        "",
+        *[f"- **{label}** ({p['when']}): {p['note']}" for label, p in profiles.items()],
+        "",
+        "| | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+        "| clients | " + " | ".join(str(profiles[k]["clients"]) for k in labels) + " |",
+        "| `execute` calls/s | "
+        + " | ".join(f"{profiles[k]['calls_per_second']:g}" for k in labels)
+        + " |",
+        "| GIL ms per request | "
+        + " | ".join(f"{profiles[k]['gil_ms_per_request']:g}" for k in labels)
+        + " |",
+    ]
+    for name in owners:
+        cells = [f"{profiles[k]['shares'].get(name, 0.0):g} %" for k in labels]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def render(results: dict[str, Any], profiles: dict[str, Any] | None = None) -> str:
     m, ns = results["machine"], results["ns"]
     big = ns[-1]
     lines = [
@@ -233,9 +295,9 @@ def render(results: dict[str, Any]) -> str:
         "",
         *_throughput_section(results.get("mcp")),
         *_history_section(results.get("history")),
-        "## Not measured yet",
-        "",
-        *[f"- {case}" for case in NOT_YET],
-        "",
+        *_resume_section(results.get("resume")),
+        *_profiles_section(profiles or {}),
     ]
+    if NOT_YET:
+        lines += ["## Not measured yet", "", *[f"- {case}" for case in NOT_YET], ""]
     return "\n".join(lines)

@@ -192,7 +192,13 @@ class LockgateMCP:
     async def _shape(self, outcome: ExecutionView | shapes.Running) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
             return shapes.running(outcome.execution_id)
-        url = await to_thread.run_sync(self.approval_url, outcome)
+        # Only a paused execution's answer carries a link (minting one reads and writes the
+        # database, so it runs in a worker thread); every other answer has none to ask for.
+        url = (
+            await to_thread.run_sync(self.approval_url, outcome)
+            if outcome.pending is not None
+            else None
+        )
         return shapes.execution(outcome, url)
 
     async def call_tool(
