@@ -3,15 +3,17 @@
 One real `lockgate serve` on a fresh SQLite file, driven over streamable HTTP by the SDK's
 client (8 clients, one 2025 session each):
 
-- **RSS per 1,000 paused executions**: the server's resident memory before and after its
-  clients start that many executions that each pause on a call needing approval
-  (`notes.write`), scaled to 1,000. Paused work lives in the database; what the process
-  keeps for it (answers held for replay, caches) is what this shows.
+- **RSS per 1,000 paused executions**: how much the server's resident memory grows while
+  its clients start 1,000 executions that each pause on a call needing approval
+  (`notes.write`), in three rounds after a warm-up of as many executions that complete.
+  Paused work lives in the database: what the process keeps for it grows every round by the
+  same amount, while the heap's own warm-up shrinks from one round to the next.
 - **RSS per 1,000 idle sessions**: the same, for sessions opened (`initialize`, then the
   `initialized` notification, by hand) and then left alone.
 - **Resume after restart**: the server is stopped (SIGTERM) and started again on the same
-  file; the clients then accept every paused call (`resume`), each an MCP request that
-  runs the rest of the execution. p50 and p99 of those requests, and the first one's.
+  file (with every round's paused executions); the clients then accept the last round's
+  paused calls (`resume`), each an MCP request that runs the rest of the execution. p50 and
+  p99 of those requests, and the first one's.
 
 RSS is what the operator sees (`VmRSS`): CPython seldom hands freed memory back, so it is
 the high-water mark of what the work cost, not only what is still referenced.
@@ -82,10 +84,14 @@ async def _each_client(
     return answers
 
 
-def _pause(url: str, key: str, count: int) -> list[str]:
-    answers = asyncio.run(
-        _each_client(url, key, list(range(count)), "execute", lambda _: {"code": PAUSING_CODE}, [])
+def _execute(url: str, key: str, count: int, code: str) -> list[Any]:
+    return asyncio.run(
+        _each_client(url, key, list(range(count)), "execute", lambda _: {"code": code}, [])
     )
+
+
+def _pause(url: str, key: str, count: int) -> list[str]:
+    answers = _execute(url, key, count, PAUSING_CODE)
     ids = [a["executionId"] for a in answers if a["status"] == "waiting_for_interaction"]
     if len(ids) != count:
         raise RuntimeError(f"{count - len(ids)} executions did not pause: {answers[:3]}")
@@ -123,16 +129,24 @@ def _resume(url: str, key: str, ids: list[str]) -> dict[str, Any]:
 
 
 def resume_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:
-    paused, sessions = (10, 10) if smoke else (1_000, 1_000)
+    paused, sessions, rounds = (10, 10, 1) if smoke else (1_000, 1_000, 3)
     server = _serve(workdir, "first.out")
     try:
         found = KEY.search(server.printed())
         if found is None:
             raise RuntimeError(f"lockgate serve printed no key: {server.printed()[-2000:]}")
         key, url = found.group(0), f"{server.base_url}/mcp"
-        _pause(url, key, CLIENTS)  # warm-up: imports, the sandbox's workers, the statements
+        # Warm-up, as many requests as a round, of executions that complete: the first
+        # requests grow any process by several MiB (imports, the sandbox's workers,
+        # compiled statements, each session's replay log filling up to its bound), whatever
+        # their executions do.
+        _execute(url, key, paused, "1")
         before = rss_mib(server.pid)
-        ids = _pause(url, key, paused)
+        growth, ids = [], []
+        for _ in range(rounds):
+            start = rss_mib(server.pid)
+            ids = _pause(url, key, paused)
+            growth.append(round((rss_mib(server.pid) - start) * 1000 / paused, 2))
         after_paused = rss_mib(server.pid)
         _open_idle_sessions(url, key, sessions)
         after_sessions = rss_mib(server.pid)
@@ -146,9 +160,11 @@ def resume_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         server.stop()
     return {
         "paused": paused,
+        "rounds": rounds,
         "sessions": sessions,
         "rss_before_mib": round(before, 1),
-        "rss_per_1000_paused_mib": round((after_paused - before) * 1000 / paused, 2),
+        "rss_after_paused_mib": round(after_paused, 1),
+        "rss_per_1000_paused_mib_by_round": growth,
         "rss_per_1000_sessions_mib": round((after_sessions - after_paused) * 1000 / sessions, 2),
         "restart_boot_seconds": round(boot, 3),
         "resume": resumed,
