@@ -161,11 +161,18 @@ class Dispatcher:
         self.handing_back = handing_back
 
     def call(
-        self, ex: ExecutionRecord, suspended: Suspended, seq: int, carried: Carried
+        self,
+        ex: ExecutionRecord,
+        suspended: Suspended,
+        seq: int,
+        carried: Carried,
+        journaled: int,
     ) -> SandboxStep | None:
         """The code's call number `seq`: journal it and carry it to its outcome (or pause
         the execution for approval). `carried` holds the journal entries of calls made
-        since the execution's last durable commit; they commit with the next one."""
+        since the execution's last durable commit; they commit with the next one.
+        `journaled` is the highest call number the journal held when the drive began: a
+        call up to it is replayed from its row, one above it has none."""
         request = suspended.request
         call_id = make_idempotency_key(ex.id, seq)
         try:
@@ -176,7 +183,7 @@ class Dispatcher:
         except (UnknownTool, InvalidArguments) as exc:
             # Nothing was requested that could run: the code sees the error, no journal row.
             return self.resume_sandbox(ex, suspended.snapshot, Raised("TypeError", exc.message))
-        existing = self.store.tool_calls.get(call_id)
+        existing = self.store.tool_calls.get(call_id) if seq <= journaled else None
         if existing is not None:
             if existing.tool != tool.spec.full_name:
                 return self.resume_sandbox(

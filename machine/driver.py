@@ -170,8 +170,10 @@ class Driver:
         # calls again.
         carried = Carried()
         try:
+            # Read before the first step: calls above it were never journaled.
+            journaled = self.store.tool_calls.journaled_through(ex.id)
             step, cursor = first()
-            self._drive(ex, step, cursor, carried)
+            self._drive(ex, step, cursor, carried, journaled)
         except (HandBack, SandboxStopped):
             # The instance drains (its sandbox stopped under the step, or the next step was
             # not begun): not the execution's failure.
@@ -228,7 +230,12 @@ class Driver:
         return limit_text(joined, self.settings.max_log_chars)
 
     def _drive(
-        self, ex: ExecutionRecord, step: SandboxStep | None, cursor: int, carried: Carried
+        self,
+        ex: ExecutionRecord,
+        step: SandboxStep | None,
+        cursor: int,
+        carried: Carried,
+        journaled: int,
     ) -> None:
         while step is not None:
             logs = self._logs(ex, step.logs)
@@ -248,4 +255,4 @@ class Driver:
                 return
             ex.typed.logs = logs  # carried into the next checkpoint's commit
             cursor += 1
-            step = self.dispatcher.call(ex, step, cursor, carried)
+            step = self.dispatcher.call(ex, step, cursor, carried, journaled)

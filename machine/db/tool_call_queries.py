@@ -8,7 +8,7 @@ execution's own calls only.
 
 from __future__ import annotations
 
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import ToolCall
@@ -19,6 +19,17 @@ class ToolCallQueries(Queries):
         """The call by id (primary key): the one a checkpoint names, or a replayed one."""
         with self._session() as s:
             return s.get(ToolCall, call_id)
+
+    def journaled_through(self, execution_id: str) -> int:
+        """The highest call number the execution's journal holds (0: none), read once as a
+        drive begins: only that drive journals the execution's calls from then on, each
+        with a higher number, so a call above it needs no lookup (index on
+        `tool_calls.execution_id`)."""
+        with self._session() as s:
+            highest = s.exec(
+                select(func.max(ToolCall.seq)).where(ToolCall.execution_id == execution_id)
+            ).one()
+        return int(highest or 0)
 
     def latest(self, execution_id: str) -> ToolCall | None:
         """The execution's latest call: a drain must not hand back an execution whose
