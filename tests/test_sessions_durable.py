@@ -326,7 +326,8 @@ def test_a_session_moves_to_the_other_instance_of_a_postgres_pair(
 
 def test_an_expired_session_is_not_revived(make_runtime: Callable[..., Runtime]) -> None:
     """In process, with a fake clock: a session left idle past the idle timeout is destroyed
-    by the next incarnation's boot sweep, and its id then gets the spec's 404 (no revival)."""
+    by the next incarnation (its first sweep, which runs after ready, or the request that
+    names it, whichever comes first), and its id gets the spec's 404 (no revival)."""
     clock = FakeClock()
     limits = {"heartbeat_interval": "3600", "session_idle_timeout": "60", "session_cap": "600"}
     first = make_runtime(clock=clock, instance_name="a", **limits)
@@ -349,8 +350,6 @@ def test_an_expired_session_is_not_revived(make_runtime: Callable[..., Runtime])
 
     async def after_restart() -> None:
         async with serving(second) as (http, _):
-            row = second.sessions.get(session_id)
-            assert row is not None and row.status == "expired"
             listed = await http.post(
                 URL,
                 headers=headers(key, session_id),
@@ -358,5 +357,7 @@ def test_an_expired_session_is_not_revived(make_runtime: Callable[..., Runtime])
             )
             assert listed.status_code == 404, listed.text
             assert listed.json()["error"]["code"] == -32600
+            row = second.sessions.get(session_id)
+            assert row is not None and row.status == "expired"
 
     run(after_restart())
