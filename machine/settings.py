@@ -156,6 +156,15 @@ class Settings(BaseSettings):
         default=timedelta(minutes=15),
         description="No session is kept longer than this after its last activity.",
     )
+    session_memory_secs: float = Field(
+        # Past both of an SDK client's reconnects (LOCKGATE_SSE_RETRY_MS apart, 20 s), so
+        # a broken stream's replay is still here when the client comes back for it.
+        default=120.0,
+        gt=0,
+        description="An MCP session with nothing in flight leaves this process's memory "
+        "after this many seconds idle (its replay log with it); the session itself lives on "
+        "in the database, and its next request brings it back.",
+    )
     response_deadline_secs: float = Field(
         default=60.0,
         gt=0,

@@ -107,7 +107,7 @@ def create_app(
         security_settings=security,
         retry_interval=settings.sse_retry_ms,
         # The row is the session; this only bounds how long an idle one stays in memory.
-        session_idle_timeout=settings.session_cap.total_seconds(),
+        session_idle_timeout=settings.session_memory_secs,
         max_request_body_size=settings.max_request_bytes,
     )
     drain = DrainSignal()

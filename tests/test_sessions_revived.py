@@ -4,7 +4,8 @@ which revives it from its row with the client's initialize state restored (also 
 malformed row; stored capabilities kept); a revived session runs a tool, primes its stream
 with the configured retry, replays only its own streams, logs its opening and revival,
 refuses another Host or Origin (opened and revived transports), is let go and revived again
-after its loop crashed, and leaves memory (with its replay log) past the session cap.
+after its loop crashed, and leaves memory (with its replay log) once idle for
+LOCKGATE_SESSION_MEMORY_SECS, to come back at its next request.
 """
 
 from __future__ import annotations
@@ -207,17 +208,17 @@ def test_a_revived_session_whose_loop_crashed_is_let_go_and_revived_again(
     run(scenario())
 
 
-def test_a_revived_session_idle_past_the_cap_leaves_memory(make_runtime: MakeRuntime) -> None:
-    """The row is the session; its transport stays in memory at most the session cap. The
-    row's clock stands still (however slowly this machine starts the second instance, the
-    session is within its cap when the request arrives); the transport's memory is bounded
-    by real time, which is what is measured here."""
+def test_an_idle_session_leaves_memory_and_comes_back_at_its_next_request(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The row is the session; its transport stays in memory only while it is used, plus
+    LOCKGATE_SESSION_MEMORY_SECS. The row's clock stands still (the session stays within its
+    idle timeout however slowly this machine runs); the transport's memory is bounded by
+    real time, which is what is measured here."""
     clock = FakeClock()
     first = make_runtime(instance_name="first", clock=clock)
     key = key_for(first, "alice")
-    second = make_runtime(
-        instance_name="second", session_cap="1", session_idle_timeout="1", clock=clock
-    )
+    second = make_runtime(instance_name="second", session_memory_secs="1", clock=clock)
     listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
     async def scenario() -> None:
@@ -235,5 +236,9 @@ def test_a_revived_session_idle_past_the_cap_leaves_memory(make_runtime: MakeRun
             await eventually(lambda: not gate.held(session_id), "the idle transport to go", 10)
             # Its replay log goes with it.
             await eventually(lambda: manager.replay.bytes_held == 0, "the replay log to go")
+            # The session itself did not end: its next request brings it back.
+            again = await http.post(URL, headers=headers(key, session_id), json=listed)
+            assert again.status_code == 200, again.text
+            assert gate.held(session_id)
 
     run(scenario())
