@@ -112,12 +112,13 @@ class Driver:
         self.dispatcher.go_on()
         return self.sandbox.start(ex.typed.code, principal=principal_of(ex)), 0
 
-    def drive(self, ex: ExecutionRecord, first: FirstStep) -> None:
-        """Drive the execution, failing it (not the server) on an unexpected error."""
+    def drive(self, ex: ExecutionRecord, first: FirstStep, *, new: bool = False) -> None:
+        """Drive the execution, failing it (not the server) on an unexpected error. `new`:
+        it was stored by this drive's caller a moment ago, so its journal is empty."""
         with self._driven:
             self._driving += 1
         try:
-            self._drive_or_hand_back(ex, first)
+            self._drive_or_hand_back(ex, first, new=new)
         finally:
             with self._driven:
                 self._driving -= 1
@@ -163,7 +164,7 @@ class Driver:
             return
         log.info("execution %s handed back: it goes on from its last checkpoint", ex.id)
 
-    def _drive_or_hand_back(self, ex: ExecutionRecord, first: FirstStep) -> None:
+    def _drive_or_hand_back(self, ex: ExecutionRecord, first: FirstStep, *, new: bool) -> None:
         # The journal entries of calls made at once, waiting for the next durable commit
         # (a hand back included). Dropped if the drive stops otherwise (a conflict, a
         # failure): the execution goes on from its last durable checkpoint and makes those
@@ -171,7 +172,7 @@ class Driver:
         carried = Carried()
         try:
             # Read before the first step: calls above it were never journaled.
-            journaled = self.store.tool_calls.journaled_through(ex.id)
+            journaled = 0 if new else self.store.tool_calls.journaled_through(ex.id)
             step, cursor = first()
             self._drive(ex, step, cursor, carried, journaled)
         except (HandBack, SandboxStopped):

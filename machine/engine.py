@@ -192,8 +192,9 @@ class Engine:
         return ex
 
     def carry_on(self, ex: ExecutionRecord) -> ExecutionView:
-        """Run a claimed execution until it finishes or pauses."""
-        self.driver.drive(ex, lambda: self.driver.first_step(ex))
+        """Run an execution `begin` has just stored and claimed, until it finishes or
+        pauses (its journal is empty: nothing to look up before its calls)."""
+        self.driver.drive(ex, lambda: self.driver.first_step(ex), new=True)
         return self.view(ex.id)
 
     def execute(
