@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sqlmodel import Session, select
 from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.group_commit import GroupCommit
 from lockgate.machine.db.migrate import upgrade
-from lockgate.machine.db.schema import Instance
+from lockgate.machine.db.schema import ApiKey, Instance, Principal
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict
 from lockgate.machine.records import Change
@@ -160,3 +161,19 @@ def test_a_group_torn_down_loses_no_commit_silently(store: SqlStore) -> None:
     for n, name in ((0, "first"), (2, "last")):
         assert (name in committed) == (outcomes[n] is None)
         assert outcomes[n] is None or isinstance(outcomes[n], Interrupt)
+
+
+def test_a_write_outside_the_lifecycles_queues_for_the_same_writer(store: SqlStore) -> None:
+    # An API key (as an approval link) is written in a transaction of its own, but behind
+    # the same lock as the store's commits, not in SQLite's sleeping busy handler.
+    now = datetime.now(UTC)
+    principal = Principal(id="alice", name="alice", created_at=now)
+    key = ApiKey(id="k1", principal_id="alice", key_hash="0" * 64, prefix="lg_0", created_at=now)
+    adding = threading.Thread(target=store.keys.add, args=(key, principal))
+    with committer(store).writer:
+        adding.start()
+        adding.join(timeout=0.5)
+        assert adding.is_alive(), "the key was written while a group held the writer"
+        assert store.keys.get("k1") is None
+    adding.join(timeout=30)
+    assert store.keys.get("k1") is not None

@@ -68,7 +68,7 @@ class ApprovalTokenQueries(Queries):
 
     def add(self, row: ApprovalToken) -> None:
         """Store a new link row in a transaction of its own (a link not handed out by name)."""
-        with self._write_session() as s, s.begin():
+        with self._writing() as s:
             s.add(row)
 
     def hand_out(self, row: ApprovalToken, *, retire: str | None = None) -> ApprovalToken:
@@ -79,7 +79,7 @@ class ApprovalTokenQueries(Queries):
         assert row.link is not None
         for _ in range(3):
             try:
-                with self._write_session() as s, s.begin():
+                with self._writing() as s:
                     if retire is not None:
                         s.execute(
                             update(ApprovalToken)
@@ -101,7 +101,7 @@ class ApprovalTokenQueries(Queries):
 
     def purge(self, older_than: datetime) -> int:
         """Delete links that expired before `older_than`; returns how many."""
-        with self._write_session() as s, s.begin():
+        with self._writing() as s:
             result = s.execute(
                 delete(ApprovalToken).where(col(ApprovalToken.expires_at) < older_than)
             )

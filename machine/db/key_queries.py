@@ -19,12 +19,11 @@ class KeyQueries(Queries):
     def add(self, key: ApiKey, principal: Principal) -> None:
         """Insert `key`, and its principal first unless one with that id exists, in one
         transaction: a key is never stored without its principal."""
-        with self._write_session() as s:
+        with self._writing() as s:
             if s.get(Principal, principal.id) is None:
                 s.add(principal)
                 s.flush()
             s.add(key)
-            s.commit()
 
     def all(self) -> list[ApiKey]:
         """Every key, revoked ones included, oldest first (the operator's listing)."""
@@ -45,13 +44,12 @@ class KeyQueries(Queries):
     def revoke(self, key_id: str, at: datetime) -> ApiKey | None:
         """Mark the key revoked at `at`, unless it already was (its first revocation time
         is kept); returns the key as stored, or None when there is no such key."""
-        with self._write_session() as s:
+        with self._writing() as s:
             row = s.get(ApiKey, key_id)
             if row is not None and row.revoked_at is None:
                 row.revoked_at = at
                 s.add(row)
-                s.commit()
-            return row
+        return row
 
     def any_active(self) -> bool:
         """Whether any key at all is unrevoked: a server with none cannot be used, and says

@@ -7,6 +7,9 @@ in one module of `machine/db/` and callers never build a statement or open a ses
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -14,16 +17,25 @@ from lockgate.machine.db.connect import reader
 
 
 class Queries:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, writer: AbstractContextManager[object] | None = None
+    ) -> None:
         self.engine = engine
         self._reads = reader(engine)
+        #: Held around a write of its own (`_writing`): the store's writer lock on SQLite.
+        self._writer = writer if writer is not None else nullcontext()
 
     def _session(self) -> Session:
         """A session for reads: on SQLite it takes no lock (see `reader`). Rows stay
         readable once the session closes, as with `SqlStore.session`."""
         return Session(self._reads, expire_on_commit=False)
 
-    def _write_session(self) -> Session:
-        """A session for the few writes outside lifecycles (API keys, approval links): on
-        SQLite its transaction holds the write lock from its first statement."""
-        return Session(self.engine, expire_on_commit=False)
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A transaction for the few writes outside lifecycles (API keys, approval links),
+        committed when the block ends. On SQLite it waits for the process's writer lock
+        first, as the store's commits do (`GroupCommit`), rather than in SQLite's busy
+        handler, which sleeps; its transaction holds the file's write lock from its first
+        statement."""
+        with self._writer, Session(self.engine, expire_on_commit=False) as s, s.begin():
+            yield s

@@ -128,20 +128,21 @@ class SqlStore:
         self.engine = engine
         self.specs = MACHINES if specs is None else specs
         self._edges = declared_edges(self.specs)
+        lazy = lazy_commits(engine)  # for commits that do not wait for the disk
+        on_sqlite = engine.dialect.name == "sqlite" and sqlite_file(str(engine.url)) is not None
+        grouped = GroupCommit(engine, lazy) if on_sqlite else None
+        #: How commits reach the database: grouped on a SQLite file (`GroupCommit`).
+        self.committer: Committer = grouped or SoloCommit(engine, lazy)
+        # The few writes outside the lifecycles take the same writer lock.
+        writer = grouped.writer if grouped is not None else None
         # The typed reads, by domain: callers ask these, never build SQL of their own.
         self.sessions = SessionQueries(engine)
         self.instances = InstanceQueries(engine)
         self.executions = ExecutionQueries(engine)
-        self.keys = KeyQueries(engine)
+        self.keys = KeyQueries(engine, writer)
         self.metrics = MetricsQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
-        self.approval_tokens = ApprovalTokenQueries(engine)
-        lazy = lazy_commits(engine)  # for commits that do not wait for the disk
-        on_sqlite = engine.dialect.name == "sqlite" and sqlite_file(str(engine.url)) is not None
-        #: How commits reach the database: grouped on a SQLite file (`GroupCommit`).
-        self.committer: Committer = (
-            GroupCommit(engine, lazy) if on_sqlite else SoloCommit(engine, lazy)
-        )
+        self.approval_tokens = ApprovalTokenQueries(engine, writer)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
