@@ -218,6 +218,7 @@ def test_an_idle_session_leaves_memory_and_comes_back_at_its_next_request(
     clock = FakeClock()
     first = make_runtime(instance_name="first", clock=clock)
     key = key_for(first, "alice")
+    bobs = key_for(first, "bob")
     second = make_runtime(instance_name="second", session_memory_secs="1", clock=clock)
     listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
@@ -236,7 +237,12 @@ def test_an_idle_session_leaves_memory_and_comes_back_at_its_next_request(
             await eventually(lambda: not gate.held(session_id), "the idle transport to go", 10)
             # Its replay log goes with it.
             await eventually(lambda: manager.replay.bytes_held == 0, "the replay log to go")
-            # The session itself did not end: its next request brings it back.
+            # Out of memory is not up for grabs: another principal naming it gets the 404 an
+            # unknown session gets, and does not bring it back.
+            other = await http.post(URL, headers=headers(bobs, session_id), json=listed)
+            assert other.status_code == 404, other.text
+            assert not gate.held(session_id)
+            # The session itself did not end: its owner's next request brings it back.
             again = await http.post(URL, headers=headers(key, session_id), json=listed)
             assert again.status_code == 200, again.text
             assert gate.held(session_id)
