@@ -216,7 +216,7 @@ class Dispatcher:
             # Made at once if the spec lets it be made again (idempotent, retries allowed):
             # no commit of its own. Otherwise it is journaled before it runs, below.
             try:
-                outcome = self._call_at_least_once(ex, call, row, carried)
+                outcome = self._call_at_least_once(ex, tool, call, row, carried)
             except GuardRefused:
                 pass  # refused before the tool ran
             else:
@@ -377,11 +377,11 @@ class Dispatcher:
         )
 
     def _call_at_least_once(
-        self, ex: ExecutionRecord, call: CallRecord, row: ToolCall, carried: Carried
+        self, ex: ExecutionRecord, tool: Tool, call: CallRecord, row: ToolCall, carried: Carried
     ) -> ToolOutcome:
-        """Call the tool now; its journal entry is carried to the next durable commit.
-        `GuardRefused` (before anything ran) when the spec does not let it be made so."""
-        tool = self.registry.get(call.typed.tool)
+        """Call `tool` now (the call's own, already looked up); its journal entry is carried
+        to the next durable commit. `GuardRefused` (before anything ran) when the spec does
+        not let it be made so."""
         self.go_on()
         if len(carried.decided) >= MAX_CARRIED_CALLS:
             self._commit_carried(ex, carried)
