@@ -6,7 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, JsonValue
 
-from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.db.execution_queries import CallLine
+from lockgate.machine.db.schema import Execution
 from lockgate.spec import ExecutionStatus, ToolCallStatus
 
 
@@ -53,7 +54,7 @@ def approval_message(tool: str) -> str:
     return f"Approve the call to tools.{tool}? Review the arguments before you accept."
 
 
-def build_view(row: Execution, calls: list[ToolCall]) -> ExecutionView:
+def build_view(row: Execution, calls: list[CallLine]) -> ExecutionView:
     outcome = row.outcome if isinstance(row.outcome, dict) else {}
     pending: PendingCall | None = None
     if row.status == ExecutionStatus.WAITING_FOR_INTERACTION:
@@ -78,7 +79,7 @@ def build_view(row: Execution, calls: list[ToolCall]) -> ExecutionView:
         what_ran=row.what_ran,
         calls=[
             CallSummary(seq=c.seq, tool=c.tool, status=ToolCallStatus(c.status))
-            for c in sorted(calls, key=lambda c: c.seq)
+            for c in calls
         ],
         created_at=row.created_at,
         updated_at=row.updated_at,

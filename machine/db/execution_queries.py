@@ -8,12 +8,42 @@ these reads grows with live work, never with history.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
+from typing import NamedTuple
 
+from pydantic import JsonValue
+from sqlalchemy import Select, bindparam, case
+from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import Execution, ToolCall, live_executions
 from lockgate.spec import ExecutionStatus as E
+
+
+class CallLine(NamedTuple):
+    """One journaled call as a view shows it."""
+
+    seq: int
+    tool: str
+    status: str
+    #: Only for the call the execution is paused on: None for every other.
+    arguments_preview: JsonValue
+
+
+@cache
+def _call_lines() -> Select[tuple[int, str, str, JsonValue]]:
+    """Built once (the first view), not at import: a statement per view would be compiled
+    again each time (SQLAlchemy caches by the statement's shape, but building it costs)."""
+    columns = ToolCall.__table__.c  # type: ignore[attr-defined]
+    preview = case(
+        (columns.seq == bindparam("paused_on"), columns.arguments_preview), else_=None
+    ).label("arguments_preview")
+    return (
+        core_select(columns.seq, columns.tool, columns.status, preview)
+        .where(columns.execution_id == bindparam("execution_id"))
+        .order_by(columns.seq)
+    )
 
 
 class ExecutionQueries(Queries):
@@ -22,16 +52,26 @@ class ExecutionQueries(Queries):
         with self._session() as s:
             return s.get(Execution, execution_id)
 
-    def with_calls(self, execution_id: str) -> tuple[Execution, list[ToolCall]] | None:
-        """The execution and its whole journal read in one session, so a view never pairs
-        a row with calls from another moment (primary key; index on
-        `tool_calls.execution_id`). None when there is no such execution."""
+    def with_calls(self, execution_id: str) -> tuple[Execution, list[CallLine]] | None:
+        """The execution and a line per journaled call, read in one transaction, so a view
+        never pairs a row with calls from another moment (primary key; index on
+        `tool_calls.execution_id`). None when there is no such execution.
+
+        A line carries only what a view shows (not the call's arguments or result, which
+        would be decoded for every call an execution ever made, at every view of it); the
+        arguments' preview only for the call the execution is paused on."""
         with self._session() as s:
             row = s.get(Execution, execution_id)
             if row is None:
                 return None
-            calls = list(s.exec(select(ToolCall).where(ToolCall.execution_id == execution_id)))
-        return row, calls
+            paused_on = row.snapshot_call if row.status == E.WAITING_FOR_INTERACTION else None
+            lines = [
+                CallLine(seq, tool, status, preview)
+                for seq, tool, status, preview in s.execute(
+                    _call_lines(), {"execution_id": execution_id, "paused_on": paused_on}
+                )
+            ]
+        return row, lines
 
     def by_origin(self, origin_request: str) -> Execution | None:
         """The execution a request started (`<session id>:<JSON-RPC id>`), if it started
