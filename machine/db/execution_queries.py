@@ -32,7 +32,7 @@ class CallLine(NamedTuple):
 
 
 @cache
-def _call_lines() -> Select[tuple[int, str, str, JsonValue]]:
+def _call_lines() -> Select[int, str, str, JsonValue]:
     """Built once (the first view), not at import: a statement per view would be compiled
     again each time (SQLAlchemy caches by the statement's shape, but building it costs)."""
     columns = ToolCall.__table__.c  # type: ignore[attr-defined]

@@ -8,10 +8,23 @@ execution's own calls only.
 
 from __future__ import annotations
 
+from functools import cache
+
+from sqlalchemy import Select, bindparam
+from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import ToolCall
+
+
+@cache
+def _highest_seq() -> Select[int | None]:
+    """Built once: read at the start of every drive, through Core (no ORM session)."""
+    columns = ToolCall.__table__.c  # type: ignore[attr-defined]
+    return core_select(func.max(columns.seq)).where(
+        columns.execution_id == bindparam("execution_id")
+    )
 
 
 class ToolCallQueries(Queries):
@@ -25,10 +38,8 @@ class ToolCallQueries(Queries):
         drive begins: only that drive journals the execution's calls from then on, each
         with a higher number, so a call above it needs no lookup (index on
         `tool_calls.execution_id`)."""
-        with self._session() as s:
-            highest = s.exec(
-                select(func.max(ToolCall.seq)).where(ToolCall.execution_id == execution_id)
-            ).one()
+        with self._reads.connect() as conn:
+            (highest,) = conn.execute(_highest_seq(), {"execution_id": execution_id}).one()
         return int(highest or 0)
 
     def latest(self, execution_id: str) -> ToolCall | None:
