@@ -27,6 +27,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from bench.request_syncs import fsyncs_per_request
 from bench.servers import ServerProcess, lockgate_env, lockgate_serve
 
 KEY = re.compile(r"lg_[A-Za-z0-9_\-]+")
@@ -127,6 +128,9 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         lockgate.server.stop()
         raise
     try:
+        syncs = fsyncs_per_request(
+            lockgate.url, lockgate.key, lockgate.server.pid, workdir, 10 if smoke else 100
+        )
         rows = []
         for clients in counts:
             rows.append(
@@ -136,7 +140,7 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
                     "plain": drive(plain, clients, seconds),
                 }
             )
-        return {"seconds": seconds, "rows": rows}
+        return {"seconds": seconds, "rows": rows, "request_syncs": syncs}
     finally:
         lockgate.server.stop()
         plain.server.stop()

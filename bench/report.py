@@ -122,7 +122,31 @@ def _throughput_section(mcp: dict[str, Any] | None) -> list[str]:
             f"{ours['p99_ms']:g} ms) | {plain['calls_per_second']:g} ({plain['p50_ms']:g} / "
             f"{plain['p99_ms']:g} ms) | **{ratio:.2f}x** |"
         )
-    return [*lines, ""]
+    return [*lines, "", *_request_syncs(mcp.get("request_syncs"))]
+
+
+def _request_syncs(syncs: dict[str, Any] | None) -> list[str]:
+    """What an `execute` request's own bookkeeping costs the disk, counted on the server."""
+    if syncs is None:  # a results file from before the count existed
+        return []
+    return [
+        f"**Fsyncs per `execute` request: {syncs['fsyncs_per_request']:g}**, counted by "
+        f"`strace` attached to the running server over {syncs['requests']} requests in a row "
+        f"({syncs['fsyncs']} fsyncs, less {syncs['idle_fsyncs']} in an idle window as long). "
+        "The execution's own are two: its creation and its end (case 4, no calls). Goal: the "
+        "MCP request's bookkeeping (its owed entry, the entry's answer, the session's "
+        "activity) costs no fsync of its own. It is committed without waiting for the disk "
+        "(`waits_for_disk=False` in `spec/`: SQLite `synchronous=NORMAL` in WAL mode, "
+        "PostgreSQL `synchronous_commit=off`, for that transaction only), and on SQLite it "
+        "shares a group commit with whatever else is ready. The -32010 promise is not "
+        "weakened: a commit that does not wait survives the process's death (SIGKILL, OOM), "
+        "which is what the ledger answers for, with the same crash points as any other; and "
+        "since the log is written in order, the next commit that waits (the execution's "
+        "creation, right after the owed entry) makes it durable against a power loss too. "
+        "Only a power loss in between can forget it, when the request has changed nothing "
+        "durable yet.",
+        "",
+    ]
 
 
 def _resume_section(resume: dict[str, Any] | None) -> list[str]:
