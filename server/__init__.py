@@ -1,1 +1,1 @@
-"""The Lockgate server: FastAPI + MCP, and the `lockgate` CLI."""
+"""The Lockgate server: a Starlette app with MCP at /mcp, and the `lockgate` CLI."""

@@ -15,8 +15,12 @@ import threading
 from collections.abc import AsyncIterator
 
 from anyio import to_thread
-from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
@@ -41,7 +45,7 @@ from lockgate.server.operations import (
     Metrics,
     TimedRequests,
     log_transitions,
-    operations_router,
+    operations_routes,
 )
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.runner import ExecutionRunner
@@ -78,11 +82,48 @@ class WhenReady:
         await self.app(scope, receive, send)
 
 
+ROUTES_HINT = (
+    "The MCP endpoint is /mcp; approval links are /approve/<token>; health is /healthz, "
+    "/readyz and /metrics."
+)
+
+
+async def no_route(request: Request, exc: Exception) -> Response:
+    """An unknown path or method, answered as every other refusal here: a JSON error with a
+    code and what to do (Starlette's own answer is a bare text line)."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    path = request.url.path[:200]
+    if status == 405:
+        allowed = (
+            exc.headers.get("Allow", "") if isinstance(exc, HTTPException) and exc.headers else ""
+        )
+        return JSONResponse(
+            {
+                "error": {
+                    "code": "method_not_allowed",
+                    "message": f"{request.method} is not accepted at {path}; "
+                    f"use {allowed or 'another method'}. {ROUTES_HINT}",
+                }
+            },
+            status_code=405,
+            headers={"Allow": allowed} if allowed else None,
+        )
+    return JSONResponse(
+        {
+            "error": {
+                "code": "not_found",
+                "message": f"Nothing is served at {path}. {ROUTES_HINT}",
+            }
+        },
+        status_code=404,
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     runtime: Runtime | None = None,
     signing: LinkKeys | None = None,
-) -> FastAPI:
+) -> Starlette:
     """The application; `signing` as `link_keys(settings)` finds them when not given (which
     refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
     settings = settings or Settings()
@@ -121,7 +162,7 @@ def create_app(
         log.info("ready: boot recovery finished (%s)", runtime.boot_report)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with session_manager.run():
             threading.Thread(target=boot, name="lockgate-boot", daemon=True).start()
             try:
@@ -133,17 +174,6 @@ def create_app(
                 await to_thread.run_sync(runner.close)
                 await to_thread.run_sync(runtime.close)
 
-    app = FastAPI(
-        title="Lockgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
-    app.state.runtime = runtime
-    app.state.drain = drain
-    app.state.approval_tokens = tokens
-
-    app.include_router(
-        operations_router(runtime, metrics, ready, keys if settings.metrics_require_key else None)
-    )
-    app.include_router(approvals.router())
     gate = SessionGate(
         StreamableHTTPASGIApp(session_manager),
         runtime.sessions,
@@ -156,7 +186,20 @@ def create_app(
     mcp_endpoint = WhenReady(
         BearerAuth(gate, keys, rate=rate, recheck_secs=settings.key_recheck_secs), ready
     )
-    app.add_route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]
+    app = Starlette(
+        routes=[
+            *operations_routes(
+                runtime, metrics, ready, keys if settings.metrics_require_key else None
+            ),
+            *approvals.routes(),
+            Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={404: no_route, 405: no_route},
+    )
+    app.state.runtime = runtime
+    app.state.drain = drain
+    app.state.approval_tokens = tokens
     # Outermost: no route reads more than the body limit, and the approval page and API
     # answer only to this server's own names (/mcp is checked by the SDK itself).
     # (Starlette runs the middleware added last first.)

@@ -17,7 +17,7 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 from anyio import to_thread
-from fastapi import Request
+from starlette.requests import Request
 
 from lockgate.machine.db.schema import ApprovalToken
 from lockgate.machine.runtime import Runtime

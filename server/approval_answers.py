@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from starlette.responses import JSONResponse
 
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.views import ExecutionView

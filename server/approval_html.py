@@ -15,7 +15,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi.responses import HTMLResponse
+from starlette.responses import HTMLResponse
 
 from lockgate.server.approval_answers import NO_STORE
 from lockgate.spec import ExecutionStatus as E

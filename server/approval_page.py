@@ -22,9 +22,10 @@ from collections.abc import Awaitable
 from typing import Literal
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
 
 from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed
 from lockgate.machine.db.schema import ApprovalToken
@@ -180,9 +181,7 @@ class ApprovalSurface:
         code = await to_thread.run_sync(self._code, row.execution_id)
         return approval_page(public_view(view, code), token)
 
-    def router(self) -> APIRouter:
-        router = APIRouter()
-
+    def routes(self) -> list[Route]:
         async def answer(work: Awaitable[Response]) -> Response:
             """Every refusal as a JSON problem; anything unexpected logged, never shown."""
             try:
@@ -197,20 +196,21 @@ class ApprovalSurface:
                     500, "internal_error", "The server failed to handle this request; retry."
                 )
 
-        @router.get("/api/executions/{execution_id}")
-        async def get_execution(execution_id: str, request: Request) -> Response:
-            return await answer(self._get(execution_id, request))
+        async def get_execution(request: Request) -> Response:
+            return await answer(self._get(request.path_params["execution_id"], request))
 
-        @router.post("/api/executions/{execution_id}/resume")
-        async def resume(execution_id: str, request: Request) -> Response:
-            return await answer(self._resume(execution_id, request))
+        async def resume(request: Request) -> Response:
+            return await answer(self._resume(request.path_params["execution_id"], request))
 
-        @router.get("/approve/{token}", response_class=HTMLResponse)
-        async def page(token: str) -> HTMLResponse:
+        async def page(request: Request) -> Response:
             try:
-                return await self._page(token)
+                return await self._page(request.path_params["token"])
             except Exception:
                 log.exception("the approval page failed")
                 return failure_notice()
 
-        return router
+        return [
+            Route("/api/executions/{execution_id}", get_execution, methods=["GET"]),
+            Route("/api/executions/{execution_id}/resume", resume, methods=["POST"]),
+            Route("/approve/{token}", page, methods=["GET"]),
+        ]

@@ -11,11 +11,12 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
@@ -175,26 +176,23 @@ def log_transitions(changes: tuple[Change, ...]) -> None:
         )
 
 
-def operations_router(
+def operations_routes(
     runtime: Runtime, metrics: Metrics, ready: Any, keys: ApiKeys | None = None
-) -> APIRouter:
+) -> list[Route]:
     """Health, readiness and metrics; `keys` given, /metrics wants a valid API key."""
-    router = APIRouter()
 
-    @router.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    @router.get("/readyz", include_in_schema=False)
-    def readyz() -> Response:
+    async def readyz(_request: Request) -> Response:
         if not ready.is_set():
             return JSONResponse({"status": "recovering"}, status_code=503)
         if runtime.fenced.is_set():
             return JSONResponse({"status": "fenced"}, status_code=503)
         return JSONResponse({"status": "ready", "instance": runtime.lease.id})
 
-    @router.get("/metrics", include_in_schema=False)
     def prometheus(request: Request) -> Response:
+        # Not async: checking the key reads the database (Starlette runs it on a thread).
         if keys is not None:
             token = bearer_token(request.scope)
             if token is None or keys.authenticate(token) is None:
@@ -211,7 +209,11 @@ def operations_router(
                 )
         return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
 
-    return router
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
 
 
 class TimedRequests:

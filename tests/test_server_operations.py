@@ -204,6 +204,26 @@ def test_health_and_readiness(shared: SharedServer) -> None:
         assert ready.json() == {"status": "ready", "instance": shared.server.instance_id}
 
 
+def test_an_unknown_path_or_method_is_a_json_error_that_names_the_routes(
+    shared: SharedServer,
+) -> None:
+    with httpx2.Client(timeout=10.0) as http:
+        missing = http.get(f"{shared.base_url}/mpc")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "not_found"
+        assert missing.json()["error"]["message"].startswith("Nothing is served at /mpc.")
+        assert "The MCP endpoint is /mcp" in missing.json()["error"]["message"]
+        wrong = http.put(f"{shared.base_url}/mcp")
+        assert wrong.status_code == 405
+        allowed = wrong.headers["allow"]  # Starlette lists them in no fixed order
+        assert set(allowed.split(", ")) == {"GET", "HEAD", "POST", "DELETE"}
+        assert wrong.json()["error"] == {
+            "code": "method_not_allowed",
+            "message": f"PUT is not accepted at /mcp; use {allowed}. The MCP endpoint is /mcp; "
+            "approval links are /approve/<token>; health is /healthz, /readyz and /metrics.",
+        }
+
+
 @both_modes
 def test_metrics_after_an_execution(shared: SharedServer, mode: str) -> None:
     async def scenario() -> str:
