@@ -46,6 +46,21 @@ def _call_lines() -> Select[int, str, str, JsonValue]:
     )
 
 
+@cache
+def _paused_count() -> Select[int]:
+    """Built once: read at every `execute` (the admission limit), through Core."""
+    columns = Execution.__table__.c  # type: ignore[attr-defined]
+    return (
+        core_select(func.count())
+        .select_from(Execution.__table__)  # type: ignore[attr-defined]
+        .where(
+            live_executions(),
+            columns.status == E.WAITING_FOR_INTERACTION,
+            columns.principal_id == bindparam("principal_id"),
+        )
+    )
+
+
 class ExecutionQueries(Queries):
     def get(self, execution_id: str) -> Execution | None:
         """The execution by id (primary key), in any state."""
@@ -142,16 +157,9 @@ class ExecutionQueries(Queries):
     def paused_count(self, principal_id: str) -> int:
         """How many of the principal's executions wait for a decision, on every instance:
         the `max_paused_per_principal` admission limit (live index)."""
-        with self._session() as s:
-            return s.exec(
-                select(func.count())
-                .select_from(Execution)
-                .where(
-                    live_executions(),
-                    Execution.status == E.WAITING_FOR_INTERACTION,
-                    Execution.principal_id == principal_id,
-                )
-            ).one()
+        with self._reads.connect() as conn:
+            (count,) = conn.execute(_paused_count(), {"principal_id": principal_id}).one()
+        return int(count)
 
     def calls(self, execution_id: str) -> list[ToolCall]:
         """The execution's journal, in call order (the latest call last): what recovery
