@@ -270,11 +270,15 @@ WHY = {
     "And the goal is under the sandbox's own floor: the same code in Lockgate's sandbox with "
     "no database at all (case 2) costs {sandbox} ms per call, so even a journal that cost "
     "nothing would make the workload {ceiling}x DBOS's speed.",
-    "mcp": "under load the server is GIL-bound on one core. Per request it holds the GIL "
-    "several times the whole cost of the plain tool's request (see the profiles): about 40% "
-    "asyncio and anyio around some nine worker-thread trips per request (API key, session "
-    "activity, owed entry, the execution, its answer), about 20% SQLAlchemy (the reads still "
-    "go through ORM sessions).",
+    "mcp": "under load both servers are GIL-bound on one core, so the ratio is the ratio of "
+    "GIL time per request: the plain tool's request holds it about 1.0 ms (py-spy, same load, "
+    "43% of it async plumbing in the SDK's transport), Lockgate's about 4.9 ms (the 'later' "
+    "profile above). 0.6x would leave Lockgate 0.7 ms beyond the SDK's own request for "
+    "everything it adds: the API key check, the session's activity, the owed entry and its "
+    "answer, the execution's two durable commits and the sandbox's run; the six commits "
+    "alone cost about that much CPU through sqlite3 and SQLAlchemy Core. Of Lockgate's time, "
+    "about 36% is async plumbing (worker-thread trips, anyio finding its backend at each "
+    "await, the SDK's streams) and 27% SQLAlchemy.",
     "boot": "importing the server takes about 1 s of it (`python -X importtime`: the MCP "
     "SDK's types about 0.3 s, FastAPI and SQLAlchemy about 0.2 s each).",
     "paused": "the first round includes the heap's own warm-up; no structure in the process "
