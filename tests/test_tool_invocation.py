@@ -200,3 +200,41 @@ def test_a_crash_after_a_resume_without_per_call_checkpoints_replays_from_the_pa
     assert done.status is ExecutionStatus.COMPLETED, done.error
     assert done.result == [{"key": "k", "written": True}, {"key": "k", "deleted": True}]
     assert len(writes(later)) == 2  # neither the write nor the delete was made again
+
+
+class _Bounded:
+    """A write that needs a person's approval and takes a count between 1 and 10."""
+
+    spec = ToolSpec(
+        source="bounded",
+        name="put",
+        description="a gated write with a bounded argument",
+        parameters={
+            "type": "object",
+            "properties": {"count": {"type": "integer", "minimum": 1, "maximum": 10}},
+            "required": ["count"],
+            "additionalProperties": False,
+        },
+    )
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        raise AssertionError("a call breaking its schema must never reach the tool")
+
+
+class BoundedSource:
+    name = "bounded"
+
+    def tools(self) -> Sequence[Tool]:
+        return [_Bounded()]
+
+
+def test_an_argument_breaking_a_rule_fails_at_the_call_and_never_asks_for_approval(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime(sources=[BoundedSource()])
+    code = "try:\n    tools.bounded.put(count=0)\nexcept TypeError as e:\n    got = str(e)\ngot"
+    done = rt.engine.execute("alice", code)
+    assert done.status is ExecutionStatus.COMPLETED, done.error  # no pause for a person
+    assert isinstance(done.result, str)
+    assert "argument 'count': 0 is less than the minimum of 1 (rule: minimum)" in done.result
+    assert done.calls == []  # nothing journaled, nothing waiting

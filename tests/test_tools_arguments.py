@@ -136,3 +136,93 @@ def test_additional_properties_allowed_unless_false() -> None:
     registry = ToolRegistry()
     registry.register(Open())
     assert registry.validate_arguments("open.t", {"a": 1, "b": 2}, []) == {"a": 1, "b": 2}
+
+
+# -- every rule of the schema, not only types (the library's whole dialect) ----------------
+
+RULES: dict[str, JsonValue] = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+        "slug": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 8},
+        "when": {"type": "string", "format": "date-time"},
+        "email": {"type": "string", "format": "email"},
+        "ids": {"type": "array", "items": {"type": "integer"}, "maxItems": 2, "uniqueItems": True},
+        "mode": {"const": "fast"},
+        "target": {"$ref": "#/$defs/target"},
+        "either": {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 3}]},
+    },
+    "$defs": {
+        "target": {
+            "type": "object",
+            "properties": {"port": {"type": "integer", "exclusiveMinimum": 0}},
+            "required": ["port"],
+        }
+    },
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(name="rules")
+def rules_fixture() -> ToolRegistry:
+    class Rules:
+        name = "rules"
+
+        def tools(self) -> Sequence[Tool]:
+            return [EchoTool(spec(source="rules", parameters=RULES))]
+
+    registry = ToolRegistry()
+    registry.register(Rules())
+    return registry
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"count": 0}, "argument 'count': 0 is less than the minimum of 1 (rule: minimum)"),
+        ({"count": 11}, "argument 'count': 11 is greater than the maximum of 10 (rule: maximum)"),
+        ({"slug": "Bob"}, "argument 'slug': 'Bob' does not match '^[a-z]+$' (rule: pattern)"),
+        ({"slug": "abcdefghi"}, "argument 'slug': 'abcdefghi' is too long (rule: maxLength)"),
+        ({"when": "noon"}, "argument 'when': 'noon' is not a 'date-time' (rule: format)"),
+        ({"email": "nobody"}, "argument 'email': 'nobody' is not a 'email' (rule: format)"),
+        ({"ids": [1, 1]}, "argument 'ids': [1, 1] has non-unique elements (rule: uniqueItems)"),
+        ({"ids": [1, 2, 3]}, "argument 'ids': [1, 2, 3] is too long (rule: maxItems)"),
+        ({"mode": "slow"}, "argument 'mode': 'fast' was expected (rule: const)"),
+        ({"target": {}}, "argument 'target.port' is required"),
+        (
+            {"target": {"port": 0}},
+            "argument 'target.port': 0 is less than or equal to the minimum of 0 "
+            "(rule: exclusiveMinimum)",
+        ),
+        (
+            {"either": "ab"},
+            "argument 'either': 'ab' is not valid under any of the given schemas (rule: oneOf)",
+        ),
+    ],
+)
+def test_every_rule_of_the_schema_is_enforced_and_named(
+    rules: ToolRegistry, kwargs: dict[str, Any], problem: str
+) -> None:
+    error = invalid(rules, "rules.t", **kwargs)
+    assert error.problems == (problem,)
+
+
+def test_arguments_that_keep_every_rule_pass(rules: ToolRegistry) -> None:
+    kwargs: dict[str, JsonValue] = {
+        "count": 10,
+        "slug": "abc",
+        "when": "2026-12-03T20:00:00Z",
+        "email": "ops@example.org",
+        "ids": [1, 2],
+        "mode": "fast",
+        "target": {"port": 1},
+        "either": "abc",
+    }
+    assert rules.validate_arguments("rules.t", kwargs, []) == kwargs
+
+
+def test_a_problem_quoting_a_long_value_is_cut_short(rules: ToolRegistry) -> None:
+    (problem,) = invalid(rules, "rules.t", slug="x" * 5000).problems
+    assert len(problem) <= 300
+    assert problem.startswith("argument 'slug': 'xxx")
+    assert problem.endswith("… (rule: maxLength)")

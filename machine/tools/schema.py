@@ -1,16 +1,21 @@
-"""The small JSON Schema subset tool parameters are written in, and its check at registration.
+"""Tool parameters are JSON Schema: their check at registration, the validator that checks a
+call's arguments, and the readers the signatures and stubs share.
 
-Supported: type (one or a list), properties, required, additionalProperties (boolean), items,
-enum. Other keywords (description, default, format, ...) are accepted and ignored: the tool
-itself still refuses what it cannot use. `check_schema` runs when a `ToolSpec` is made, so a
-schema the argument check (`machine.tools.arguments`) would misread fails at start-up, not at
-a call; the readers below are shared by that check and by the signatures and stubs.
+Any schema of a dialect `jsonschema` knows is accepted (2020-12 unless it names another in
+`$schema`), and every keyword of it is enforced at a call (`machine.tools.arguments`).
+`check_schema` runs when a `ToolSpec` is made, so a schema that is not valid fails at
+start-up (or when a source is added), not at a call. Signatures and stubs render the common
+shape (`type`, `properties`, `required`, `items`); anything richer reads as `Any` there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jsonschema import FormatChecker
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
 from pydantic import JsonValue
 
 PY_TYPES = {
@@ -46,30 +51,30 @@ def required_names(schema: Mapping[str, JsonValue]) -> list[str]:
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
+def _dialect(schema: Mapping[str, JsonValue]) -> type[Validator]:
+    return validator_for(schema, default=validator_for({}))
+
+
 def check_schema(schema: Mapping[str, JsonValue], where: str) -> None:
-    """Refuse, at registration, schemas the validator would misread at call time."""
-    declared = schema.get("type")
-    if declared is not None and not (
-        isinstance(declared, str) or (isinstance(declared, list) and declared)
-    ):
-        raise ValueError(f"{where}: 'type' must be a string or a non-empty list")
-    for t in declared_types(schema):
-        if t not in PY_TYPES:
-            raise ValueError(f"{where}: unsupported type {t!r}")
-    props = schema.get("properties", {})
-    if not isinstance(props, dict) or not all(isinstance(s, dict) for s in props.values()):
-        raise ValueError(f"{where}: 'properties' must map names to schemas")
-    names = schema.get("required", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{where}: 'required' must be a list of names")
-    if not isinstance(schema.get("additionalProperties", True), bool):
-        raise ValueError(f"{where}: only boolean 'additionalProperties' is supported")
-    items = schema.get("items", {})
-    if not isinstance(items, dict):
-        raise ValueError(f"{where}: 'items' must be one schema")
-    if not isinstance(schema.get("enum", []), list):
-        raise ValueError(f"{where}: 'enum' must be a list")
-    for name, sub in property_schemas(schema).items():
-        check_schema(sub, f"{where}.{name}")
-    if items:
-        check_schema(items, f"{where}[]")
+    """Refuse, at registration, a schema that is not valid in its dialect (an unknown type, a
+    `required` that is not a list of names, a `pattern` that is not a regular expression...)."""
+    dialect = _dialect(schema)
+    meta = dialect(dialect.META_SCHEMA, format_checker=dialect.FORMAT_CHECKER)
+    # The most relevant error first (`best_match`), one reported.
+    error = best_match(meta.iter_errors(dict(schema)))
+    if error is not None:
+        at = "/".join(str(part) for part in error.absolute_path)
+        message = error.message
+        if error.validator == "anyOf" and list(error.absolute_path)[-1:] == ["type"]:
+            # The metaschema's anyOf over one name or a list of them says only "not valid
+            # under any of the given schemas".
+            message = f"{error.instance!r} is not a JSON type ({', '.join(sorted(PY_TYPES))})"
+        raise ValueError(
+            f"{where}{f' at {at}' if at else ''} is not a valid JSON Schema: {message}"
+        )
+
+
+def schema_validator(schema: Mapping[str, JsonValue]) -> Validator:
+    """A validator for `schema` in its own dialect that checks `format` too (every format the
+    `jsonschema[format-nongpl]` extra knows: date-time, email, uri, uuid, ipv4...)."""
+    return _dialect(schema)(schema, format_checker=FormatChecker())

@@ -2,8 +2,9 @@
 
 A `ToolSource` (the built-in notes, later OpenAPI or an upstream MCP server) contributes
 `Tool`s, each described by a `ToolSpec`; `machine.tools.registry` serves them by name. A spec
-is checked when it is made: its names must be Python identifiers and its parameters a schema
-`machine.tools.schema` supports, because agent code calls `tools.<source>.<name>(key=...)`.
+is checked when it is made: its names must be Python identifiers and its parameters a valid
+JSON Schema of an object (`machine.tools.schema`), because agent code calls
+`tools.<source>.<name>(key=...)`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import keyword
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Protocol
 
+from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from lockgate.machine.policy import PolicyDecision
-from lockgate.machine.tools.schema import check_schema, property_schemas
+from lockgate.machine.tools.schema import check_schema, property_schemas, schema_validator
 from lockgate.machine.tools.signatures import notes, ordered_parameters, parameter, qualify
 
 NAMESPACE = "tools"
@@ -71,6 +74,11 @@ class ToolSpec(BaseModel):
             if not is_identifier(name):
                 raise ValueError(f"argument {name!r} cannot be passed as a keyword argument")
         return schema
+
+    @cached_property
+    def argument_validator(self) -> Validator:
+        """The validator a call's arguments are checked with, built once per tool."""
+        return schema_validator(self.parameters)
 
     @field_validator("returns")
     @classmethod
