@@ -28,7 +28,9 @@ from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
 from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
+from lockgate.machine.tools.openapi import HttpLimits
 from lockgate.machine.tools.registry import ToolRegistry, ToolSource
+from lockgate.machine.tools.source_file import load_sources
 from lockgate.machine.write_path import WritePath
 from lockgate.spec.session_lease import LeasePolicy
 
@@ -77,6 +79,15 @@ class Runtime:
         chosen: list[ToolSource] = (
             sources if sources is not None else [NotesSource(settings.notes_dir)]
         )
+        if settings.sources_file is not None:  # the operator's, next to those given
+            chosen += load_sources(
+                settings.sources_file,
+                HttpLimits(
+                    timeout_secs=settings.http_timeout_secs,
+                    max_response_bytes=settings.http_max_response_bytes,
+                    max_redirects=settings.http_max_redirects,
+                ),
+            )
         for source in chosen:
             registry.register(source)
         sandbox = Sandbox(

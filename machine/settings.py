@@ -186,6 +186,29 @@ class Settings(BaseSettings):
         description="Where the built-in notes tool source (a demo and test tool) keeps its "
         "notes and its effect log.",
     )
+    sources_file: Path | None = Field(
+        default=None,
+        description="A TOML file of the tool sources every principal gets (kept in version "
+        "control): `[[openapi]]` tables with `name`, `document` (a path relative to the file, "
+        "a URL, or the document itself) and an optional `base_url`. See the README's "
+        "'Connect your API'.",
+    )
+    http_timeout_secs: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a tool's outbound HTTP call (and fetching a source's document) "
+        "may take before it fails.",
+    )
+    http_max_response_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="The largest HTTP response a tool call reads; a larger one fails the call.",
+    )
+    http_max_redirects: int = Field(
+        default=5,
+        ge=0,
+        description="Redirects an outbound HTTP call follows before it fails.",
+    )
 
     # -- per-principal bounds (sandbox) --
     sandbox_workers: int = Field(

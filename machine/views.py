@@ -77,10 +77,7 @@ def build_view(row: Execution, calls: list[CallLine]) -> ExecutionView:
         logs=row.logs,
         pending=pending,
         what_ran=row.what_ran,
-        calls=[
-            CallSummary(seq=c.seq, tool=c.tool, status=ToolCallStatus(c.status))
-            for c in calls
-        ],
+        calls=[CallSummary(seq=c.seq, tool=c.tool, status=ToolCallStatus(c.status)) for c in calls],
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

@@ -39,6 +39,16 @@ def notes(decision: PolicyDecision, idempotent: bool) -> str:
 def annotation(schema: Mapping[str, JsonValue], shadowed: Sequence[str]) -> str:
     types = declared_types(schema)
     if not types:
+        # `anyOf`/`oneOf` of typed schemas (an optional value, as FastAPI writes one) reads
+        # as their union; anything else as Any.
+        branches = schema.get("anyOf", schema.get("oneOf"))
+        if (
+            isinstance(branches, list)
+            and branches
+            and all(isinstance(b, dict) and declared_types(b) for b in branches)
+        ):
+            union = [annotation(b, shadowed) for b in branches if isinstance(b, dict)]
+            return " | ".join(dict.fromkeys(union))
         return "Any"
     rendered: list[str] = []
     for t in types:

@@ -1,0 +1,360 @@
+"""An OpenAPI 3.0 or 3.1 document as a tool source: one tool per operation, called over HTTP.
+
+Each operation becomes `tools.<source>.<operationId>` (or `<method>_<path>` without one), its
+keyword arguments the operation's path, query and header parameters plus `body` for a JSON
+request body. Reads (GET, HEAD, OPTIONS) are idempotent and approved by default; every other
+method needs a person's approval by default. A call goes to the server the document names
+(or the source's `base_url`) with httpx, bounded in time, redirects and response size; an
+HTTP error reaches the code as a `RuntimeError` naming the status with an excerpt of the body.
+
+`$ref`s are resolved by `jsonschema`'s own `referencing` library: each tool's schema carries
+the document's `components`, so `#/components/...` pointers resolve where they are written.
+OpenAPI 3.0's schema dialect is turned into JSON Schema 2020-12 first (`nullable`, boolean
+`exclusiveMinimum`/`exclusiveMaximum`); 3.1's already is.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urljoin
+
+import httpx2
+from pydantic import JsonValue
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.spec import ToolContext, ToolSpec
+
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+READS = frozenset({"get", "head", "options"})
+#: The longest excerpt of an error response's body a failure quotes.
+BODY_EXCERPT_CHARS = 500
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one outbound call may take (settings `LOCKGATE_HTTP_*`)."""
+
+    timeout_secs: float = 30.0
+    max_response_bytes: int = 1024 * 1024
+    max_redirects: int = 5
+
+
+def identifier(text: str) -> str:
+    """`text` as a Python identifier: runs of other characters become `_`."""
+    name = re.sub(r"\W+", "_", text).strip("_") or "_"
+    if name[0].isdigit():
+        name = f"_{name}"
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
+def to_json_schema(schema: Any) -> Any:
+    """An OpenAPI 3.0 schema object as JSON Schema 2020-12 (a copy; the input is kept)."""
+    if isinstance(schema, list):
+        return [to_json_schema(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: to_json_schema(value) for key, value in schema.items() if key != "nullable"}
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if out.get(exclusive) is True and bound in out:
+            out[exclusive] = out.pop(bound)
+        elif isinstance(out.get(exclusive), bool):
+            del out[exclusive]
+    if schema.get("nullable") is True:
+        declared = out.get("type")
+        if isinstance(declared, str):
+            out["type"] = [declared, "null"]
+        elif declared is None:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+@dataclass(frozen=True)
+class Parameter:
+    argument: str  # the keyword agent code passes
+    name: str  # the name the API knows
+    location: str  # path | query | header
+
+
+class OpenApiOperation:
+    def __init__(
+        self,
+        source: OpenApiSource,
+        spec: ToolSpec,
+        method: str,
+        path: str,
+        parameters: Sequence[Parameter],
+        body: str | None,
+    ) -> None:
+        self._source, self._spec = source, spec
+        self.method, self.path = method, path
+        self._parameters, self._body = parameters, body
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        path = self.path
+        query: dict[str, Any] = {}
+        headers: dict[str, str] = {}
+        for p in self._parameters:
+            if p.argument not in arguments:
+                continue
+            value = arguments[p.argument]
+            if p.location == "path":
+                path = path.replace(f"{{{p.name}}}", quote(_text(value), safe=""))
+            elif p.location == "query":
+                if isinstance(value, list):
+                    query[p.name] = [_text(v) for v in value]
+                else:
+                    query[p.name] = _text(value)
+            else:
+                headers[p.name] = _text(value)
+        body = arguments.get(self._body) if self._body is not None else None
+        sent = self._body is not None and self._body in arguments
+        return self._source.send(
+            self.method.upper(), path, query=query, headers=headers, body=body, sent=sent
+        )
+
+
+def _text(value: JsonValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+class OpenApiSource:
+    """The operations of one OpenAPI document (a mapping, already parsed)."""
+
+    def __init__(
+        self,
+        name: str,
+        document: Mapping[str, Any],
+        *,
+        base_url: str | None = None,
+        document_url: str | None = None,
+        limits: HttpLimits = HttpLimits(),
+    ) -> None:
+        self.name = name
+        version = str(document.get("openapi", ""))
+        if not version.startswith(("3.0.", "3.1.")):
+            raise InvalidToolSource(
+                f"source {name!r}: not an OpenAPI 3.0 or 3.1 document (openapi: {version!r})",
+                hint="Give the document's JSON or YAML (Swagger 2.0 must be converted first).",
+            )
+        self._legacy = version.startswith("3.0.")
+        found = base_url or self._server_url(document, document_url)
+        if not found:
+            raise InvalidToolSource(
+                f"source {name!r}: the document names no server URL",
+                hint="Set base_url for this source (for example http://127.0.0.1:8080).",
+            )
+        self.base_url: str = found
+        self.limits = limits
+        components = document.get("components", {})
+        self._components = to_json_schema(components) if self._legacy else components
+        self._resolver = Registry().resolver_with_root(
+            DRAFT202012.create_resource({"components": self._components})
+        )
+        self._tools = self._operations(document)
+
+    def tools(self) -> Sequence[OpenApiOperation]:
+        return self._tools
+
+    @staticmethod
+    def _server_url(document: Mapping[str, Any], document_url: str | None) -> str | None:
+        servers = document.get("servers")
+        url = servers[0].get("url") if isinstance(servers, list) and servers else None
+        if not isinstance(url, str):
+            return None
+        # A relative server URL is relative to where the document was read from.
+        return urljoin(document_url, url) if document_url else url if "://" in url else None
+
+    def _resolve(self, item: Any) -> Any:
+        """A `$ref` to the document's components, followed (a parameter, a request body)."""
+        while isinstance(item, Mapping) and isinstance(item.get("$ref"), str):
+            item = self._resolver.lookup(item["$ref"]).contents
+        return item
+
+    def _schema(self, schema: Any) -> dict[str, Any]:
+        converted = to_json_schema(schema) if self._legacy else schema
+        if not isinstance(converted, Mapping):
+            return {}
+        out = dict(converted)
+        target = self._resolve(out)
+        if target is not out and isinstance(target, Mapping) and "type" in target:
+            out["type"] = target["type"]  # shown in the signature; the $ref still applies
+        return out
+
+    def _used_components(self, schema: Any) -> dict[str, Any]:
+        """The components `schema` refers to, directly or through one another: each tool
+        carries only those (its listing stays its own size, not the whole document's)."""
+        used: dict[str, dict[str, Any]] = {}
+        todo = [schema]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, list):
+                todo.extend(node)
+                continue
+            if not isinstance(node, Mapping):
+                continue
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/") and ref.count("/") == 3:
+                _, _, kind, escaped = ref.split("/")
+                name = escaped.replace("~1", "/").replace("~0", "~")
+                if name not in used.setdefault(kind, {}):
+                    target = self._resolver.lookup(ref).contents
+                    used[kind][name] = target
+                    todo.append(target)
+            todo.extend(node.values())
+        return {kind: found for kind, found in used.items() if found}
+
+    def _operations(self, document: Mapping[str, Any]) -> list[OpenApiOperation]:
+        made: list[OpenApiOperation] = []
+        taken: set[str] = set()
+        for path, item in (document.get("paths") or {}).items():
+            if not isinstance(item, Mapping):
+                continue
+            shared = item.get("parameters", [])
+            for method in METHODS:
+                operation = item.get(method)
+                if isinstance(operation, Mapping):
+                    made.append(self._operation(str(path), method, operation, shared, taken))
+        return made
+
+    def _operation(
+        self,
+        path: str,
+        method: str,
+        operation: Mapping[str, Any],
+        shared: Sequence[Any],
+        taken: set[str],
+    ) -> OpenApiOperation:
+        name = identifier(str(operation.get("operationId") or f"{method}_{path}"))
+        while name in taken:
+            name = f"{name}_"
+        taken.add(name)
+        # Operation-level parameters replace path-level ones of the same name and place.
+        by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for raw in [*shared, *operation.get("parameters", [])]:
+            p = self._resolve(raw)
+            if isinstance(p, Mapping) and p.get("in") in ("path", "query", "header"):
+                by_key[(str(p["in"]), str(p["name"]))] = p
+        properties: dict[str, Any] = {}
+        required: list[JsonValue] = []
+        parameters: list[Parameter] = []
+        for (location, api_name), p in by_key.items():
+            argument = identifier(api_name)
+            while argument in properties:
+                argument = f"{argument}_"
+            schema = self._schema(p.get("schema", {}))
+            if p.get("description"):
+                schema.setdefault("description", p["description"])
+            properties[argument] = schema
+            parameters.append(Parameter(argument, api_name, location))
+            if location == "path" or p.get("required"):
+                required.append(argument)
+        body_argument = None
+        request = self._resolve(operation.get("requestBody"))
+        if isinstance(request, Mapping):
+            media = (request.get("content") or {}).get("application/json")
+            if isinstance(media, Mapping):
+                body_argument = "body" if "body" not in properties else "body_"
+                properties[body_argument] = self._schema(media.get("schema", {}))
+                if request.get("required"):
+                    required.append(body_argument)
+        parameters_schema: dict[str, JsonValue] = {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
+        used = self._used_components(properties)
+        if used:
+            parameters_schema["components"] = used  # where `#/components/...` resolves
+        summary = str(operation.get("summary") or operation.get("description") or "").strip()
+        read = method in READS
+        spec = ToolSpec(
+            source=self.name,
+            name=name,
+            description=f"{summary.splitlines()[0] if summary else name} ({method.upper()} {path})",
+            parameters=parameters_schema,
+            returns="Any",
+            idempotent=read,
+            default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
+        )
+        return OpenApiOperation(self, spec, method, path, parameters, body_argument)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any],
+        headers: Mapping[str, str],
+        body: JsonValue,
+        sent: bool,
+    ) -> JsonValue:
+        """One HTTP call, within the limits; the answer as JSON (or text)."""
+        url = self.base_url.rstrip("/") + path
+        what = f"{method} {path}"
+        limit = self.limits.max_response_bytes
+        try:
+            # A client per call: nothing (no connection pool) outlives the call, whichever
+            # worker thread makes it; a loopback or keep-alive-less API pays one connect.
+            with (
+                httpx2.Client(
+                    timeout=self.limits.timeout_secs,
+                    follow_redirects=True,
+                    max_redirects=self.limits.max_redirects,
+                ) as client,
+                client.stream(
+                    method, url, params=dict(query), headers=dict(headers),
+                    json=body if sent else None,
+                ) as response,
+            ):  # fmt: skip
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data.extend(chunk)
+                    if len(data) > limit:
+                        raise ToolFailed(
+                            f"{what}: the response is larger than {limit} bytes "
+                            "(LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask for less (a filter, a page)."
+                        )
+        except httpx2.TimeoutException:
+            raise ToolFailed(
+                f"{what}: no answer within {self.limits.timeout_secs:g} s "
+                "(LOCKGATE_HTTP_TIMEOUT_SECS)."
+            ) from None
+        except httpx2.TooManyRedirects:
+            raise ToolFailed(
+                f"{what}: more than {self.limits.max_redirects} redirects "
+                "(LOCKGATE_HTTP_MAX_REDIRECTS)."
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise ToolFailed(
+                f"{what}: the request to {self.base_url} failed ({type(exc).__name__})."
+            ) from None
+        text = data.decode(response.encoding or "utf-8", errors="replace")
+        if response.status_code >= 400:
+            excerpt = text[:BODY_EXCERPT_CHARS] + ("…" if len(text) > BODY_EXCERPT_CHARS else "")
+            raise ToolFailed(f"{what} answered HTTP {response.status_code}: {excerpt}")
+        if not text:
+            return None
+        if "json" in response.headers.get("content-type", ""):
+            try:
+                parsed: JsonValue = json.loads(text)
+            except ValueError:
+                return text
+            return parsed
+        return text

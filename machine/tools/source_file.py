@@ -1,0 +1,112 @@
+"""The tool sources every principal gets, from a TOML file the operator keeps in version
+control (`LOCKGATE_SOURCES_FILE`):
+
+    [[openapi]]
+    name = "petstore"                  # agent code calls tools.petstore.<operation>(...)
+    document = "specs/petstore.yaml"   # a path (relative to this file), a URL, or the text
+    base_url = "https://api.example"   # optional: else the document's first server
+
+Read once at start-up; a document that cannot be read or is not OpenAPI 3.0/3.1 stops the
+server with a message naming the source, rather than leaving its tools silently missing.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+
+from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource
+from lockgate.machine.tools.spec import is_identifier
+
+
+def load_sources(path: Path, limits: HttpLimits) -> list[OpenApiSource]:
+    try:
+        config = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidToolSource(
+            f"the sources file {path} cannot be read ({exc.strerror})",
+            hint="Check LOCKGATE_SOURCES_FILE.",
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidToolSource(f"the sources file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(config) - {"openapi"})
+    if unknown:
+        raise InvalidToolSource(
+            f"the sources file {path} has unknown sections: {', '.join(unknown)}",
+            hint="Each source is an [[openapi]] table.",
+        )
+    made: list[OpenApiSource] = []
+    for entry in config.get("openapi", []):
+        made.append(_openapi(entry, path, limits))
+    return made
+
+
+def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:
+    name = entry.get("name")
+    if not isinstance(name, str) or not is_identifier(name):
+        raise InvalidToolSource(
+            f"the sources file {path}: an [[openapi]] source needs a name that is a Python "
+            f"identifier (got {name!r})",
+            hint="Agent code calls tools.<name>.<operation>(...).",
+        )
+    extra = sorted(set(entry) - {"name", "document", "base_url"})
+    if extra:
+        raise InvalidToolSource(
+            f"source {name!r} in {path}: unknown keys {', '.join(extra)}",
+            hint="An [[openapi]] source has name, document and base_url.",
+        )
+    where = entry.get("document")
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidToolSource(f"source {name!r} in {path} has no document")
+    base_url = entry.get("base_url")
+    if base_url is not None and not isinstance(base_url, str):
+        raise InvalidToolSource(f"source {name!r} in {path}: base_url must be a string")
+    text, url = _document_text(name, where, path.parent, limits)
+    try:
+        document = yaml.safe_load(text)  # JSON is YAML too
+    except yaml.YAMLError as exc:
+        raise InvalidToolSource(
+            f"source {name!r}: its document is neither JSON nor YAML ({type(exc).__name__})"
+        ) from None
+    if not isinstance(document, Mapping):
+        raise InvalidToolSource(f"source {name!r}: its document is not a JSON or YAML object")
+    return OpenApiSource(name, document, base_url=base_url, document_url=url, limits=limits)
+
+
+def _document_text(
+    name: str, where: str, directory: Path, limits: HttpLimits
+) -> tuple[str, str | None]:
+    """The document's text, and the URL it came from (None for a file or inline text)."""
+    if where.startswith(("http://", "https://")):
+        try:
+            with httpx2.Client(
+                timeout=limits.timeout_secs,
+                follow_redirects=True,
+                max_redirects=limits.max_redirects,
+            ) as client:
+                response = client.get(where)
+        except httpx2.HTTPError as exc:
+            raise InvalidToolSource(
+                f"source {name!r}: its document at {where} cannot be fetched ({type(exc).__name__})"
+            ) from None
+        if response.status_code >= 400:
+            raise InvalidToolSource(
+                f"source {name!r}: fetching its document at {where} answered HTTP "
+                f"{response.status_code}"
+            )
+        return response.text, str(response.url)
+    if "\n" in where or where.lstrip().startswith("{"):
+        return where, None  # the document itself
+    file = directory / where
+    try:
+        return file.read_text(encoding="utf-8"), None
+    except OSError as exc:
+        raise InvalidToolSource(
+            f"source {name!r}: its document {file} cannot be read ({exc.strerror})"
+        ) from None

@@ -1,0 +1,200 @@
+"""An OpenAPI document as a tool source, against a real HTTP API on loopback (FastAPI, its
+generated 3.1 document): one tool per operation, reads made at once, writes waiting for a
+person and made once, arguments checked against the document's schemas (through `$ref`s)
+before any pause, HTTP failures and limits reaching the code in words, the sources file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockgate.machine.engine import Action
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.runtime import Runtime
+from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource, to_json_schema
+from lockgate.machine.tools.source_file import load_sources
+from lockgate.spec import ExecutionStatus
+from tests.support.engine_records import MakeRuntime
+from tests.support.http_api import ItemsApi, RunningApi, serve
+
+
+@pytest.fixture(name="api")
+def api_fixture() -> Iterator[RunningApi]:
+    yield from serve(ItemsApi())
+
+
+def sources_file(tmp_path: Path, api: RunningApi, **extra: str) -> Path:
+    (tmp_path / "items.json").write_text(json.dumps(api.document))
+    lines = ["[[openapi]]", 'name = "items"', 'document = "items.json"', f'base_url = "{api.url}"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    path = tmp_path / "sources.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def runtime_on(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, **settings: Any
+) -> Runtime:
+    return make_runtime(sources_file=sources_file(tmp_path, api), **settings)
+
+
+def caught(call: str) -> str:
+    """Code that makes `call` and answers with what it raised, as `<type>: <message>`."""
+    return (
+        f"try:\n    {call}\nexcept Exception as e:\n    got = type(e).__name__ + ': ' + str(e)\ngot"
+    )
+
+
+def test_each_operation_is_a_tool_reads_approved_writes_gated(api: RunningApi) -> None:
+    source = OpenApiSource("items", api.document, base_url=api.url)
+    specs = {tool.spec.name: tool.spec for tool in source.tools()}
+    assert sorted(specs) == [
+        "big", "create_item", "delete_item_items__item_id__delete", "get_item", "held",
+        "list_items", "loop",
+    ]  # fmt: skip
+    listing = specs["list_items"]
+    assert listing.idempotent and listing.default_policy is PolicyDecision.APPROVE
+    assert listing.description == "List the items (GET /items)"
+    assert (
+        listing.bare_signature()
+        == "tools.items.list_items(limit: int = 10, tag: str | None = ...) -> Any"
+    )
+    create = specs["create_item"]
+    assert not create.idempotent and create.default_policy is PolicyDecision.REQUIRE_APPROVAL
+    assert create.bare_signature() == "tools.items.create_item(body: dict[str, Any]) -> Any"
+    assert specs["get_item"].bare_signature() == "tools.items.get_item(item_id: int) -> Any"
+    # Each tool carries the components it refers to, not the document's whole set.
+    item = api.document["components"]["schemas"]["Item"]
+    assert create.parameters["components"] == {"schemas": {"Item": item}}
+    assert "components" not in listing.parameters
+
+
+def test_a_read_is_made_at_once_and_answers_with_the_api_s_json(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    api.api.items[1] = {"id": 1, "name": "pen", "price": 1.5, "tags": ["office"]}
+    api.api.items[2] = {"id": 2, "name": "cup", "price": 3.0, "tags": []}
+    rt = runtime_on(make_runtime, tmp_path, api)
+    done = rt.engine.execute("alice", 'tools.items.list_items(limit=5, tag="office")')
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == [{"id": 1, "name": "pen", "price": 1.5, "tags": ["office"]}]
+
+
+def test_a_write_waits_for_a_person_then_is_made_once(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(make_runtime, tmp_path, api)
+    code = 'tools.items.create_item(body={"name": "pen", "price": 1.5})'
+    paused = rt.engine.execute("alice", code)
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    assert paused.pending is not None and paused.pending.tool == "items.create_item"
+    assert paused.pending.arguments_preview == {"body": {"name": "pen", "price": 1.5}}
+    assert api.api.effects == []  # nothing reached the API before the decision
+    done = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == {"id": 1, "name": "pen", "price": 1.5, "tags": []}
+    assert api.api.effects == [{"created": 1}]
+
+
+def test_arguments_breaking_the_document_s_schema_fail_before_any_pause(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(make_runtime, tmp_path, api)
+    # `body` is a $ref to components/schemas/Item: its rules apply through the reference.
+    done = rt.engine.execute(
+        "alice", caught('tools.items.create_item(body={"name": "", "price": -1})')
+    )
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert isinstance(done.result, str)
+    assert done.result.startswith("TypeError: tools.items.create_item: ")
+    assert "argument 'body.name': '' should be non-empty (rule: minLength)" in done.result
+    assert (
+        "argument 'body.price': -1 is less than the minimum of 0.0 (rule: minimum)" in done.result
+    )
+    assert done.calls == [] and api.api.effects == []
+
+
+def test_an_http_error_reaches_the_code_with_its_status_and_body(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(make_runtime, tmp_path, api)
+    done = rt.engine.execute("alice", caught("tools.items.get_item(item_id=7)"))
+    assert done.result == (
+        "RuntimeError: tools.items.get_item failed: GET /items/7 answered HTTP 404: "
+        '{"detail":"no item 7"}'
+    )
+
+
+def test_outbound_calls_are_bounded_in_size_time_and_redirects(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(
+        make_runtime, tmp_path, api, http_max_response_bytes=1000, http_timeout_secs=0.5,
+        http_max_redirects=2,
+    )  # fmt: skip
+    code = (
+        "out = []\n"
+        "for call in (lambda: tools.items.big(size=999), lambda: tools.items.big(size=1001),\n"
+        "             tools.items.held, tools.items.loop):\n"
+        "    try:\n"
+        "        got = call()\n"
+        "        out.append(len(got))\n"
+        "    except RuntimeError as e:\n"
+        "        out.append(str(e))\n"
+        "out"
+    )
+    done = rt.engine.execute("alice", code)
+    assert done.result == [
+        999,
+        "tools.items.big failed: GET /big: the response is larger than 1000 bytes "
+        "(LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask for less (a filter, a page).",
+        "tools.items.held failed: GET /held: no answer within 0.5 s (LOCKGATE_HTTP_TIMEOUT_SECS).",
+        "tools.items.loop failed: GET /loop: more than 2 redirects (LOCKGATE_HTTP_MAX_REDIRECTS).",
+    ], done.error
+
+
+def test_openapi_3_0_schemas_become_json_schema() -> None:
+    legacy = {
+        "type": "object",
+        "properties": {
+            "note": {"type": "string", "nullable": True},
+            "any": {"nullable": True, "minLength": 1},
+            "count": {"type": "integer", "minimum": 0, "exclusiveMinimum": True},
+            "cap": {"type": "integer", "maximum": 9, "exclusiveMaximum": False},
+        },
+    }
+    assert to_json_schema(legacy) == {
+        "type": "object",
+        "properties": {
+            "note": {"type": ["string", "null"]},
+            "any": {"anyOf": [{"minLength": 1}, {"type": "null"}]},
+            "count": {"type": "integer", "exclusiveMinimum": 0},
+            "cap": {"type": "integer", "maximum": 9},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[[openapi]]\nname = "items"\ndocument = "missing.json"\n', "cannot be read"),
+        ('[[openapi]]\nname = "my-api"\ndocument = "x.json"\n', "a Python identifier"),
+        ('[[openapi]]\nname = "items"\ndocument = "x.json"\ncolour = 1\n', "unknown keys colour"),
+        ('[[graphql]]\nname = "g"\n', "unknown sections: graphql"),
+        ('[[openapi]]\nname = "items"\ndocument = """{"swagger": "2.0"}"""\n', "not an OpenAPI 3"),
+        ('[[openapi]]\nname = "items"\ndocument = """{"openapi": "3.1.0"}"""\n', "names no server"),
+        ("[[openapi]\n", "not valid TOML"),
+    ],
+)
+def test_a_sources_file_it_cannot_serve_is_refused_naming_why(
+    tmp_path: Path, toml: str, message: str
+) -> None:
+    path = tmp_path / "sources.toml"
+    path.write_text(toml)
+    with pytest.raises(InvalidToolSource, match=message):
+        load_sources(path, HttpLimits())
