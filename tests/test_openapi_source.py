@@ -19,7 +19,7 @@ from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource, to_json_schema
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
-from tests.support.engine_records import MakeRuntime
+from tests.support.engine_records import MakeRuntime, restart
 from tests.support.http_api import ItemsApi, RunningApi, serve
 
 
@@ -198,3 +198,20 @@ def test_a_sources_file_it_cannot_serve_is_refused_naming_why(
     path.write_text(toml)
     with pytest.raises(InvalidToolSource, match=message):
         load_sources(path, HttpLimits())
+
+
+def test_a_paused_write_is_made_once_by_the_next_incarnation(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    first = runtime_on(make_runtime, tmp_path, api)
+    paused = first.engine.execute(
+        "alice", 'tools.items.create_item(body={"name": "pen", "price": 2})'
+    )
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    # The first incarnation is gone (nothing of it is kept); the next one reads the same
+    # sources file and the paused execution from the database.
+    second = restart(make_runtime, sources_file=tmp_path / "sources.toml")
+    done = second.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == {"id": 1, "name": "pen", "price": 2.0, "tags": []}
+    assert api.api.effects == [{"created": 1}]
