@@ -93,6 +93,13 @@ def listing(
     return [(spec, policy.decide(spec)) for spec in registry.describe(query)]
 
 
+#: Up to this many tools, the execute tool's description lists each signature; past it (a
+#: large API: hundreds of operations), each source with its count and how to search.
+LISTED_TOOLS = 40
+#: The most tools one `describe_tools` answer lists; a query narrows a larger match.
+DESCRIBED_TOOLS = 50
+
+
 def execute_description(registry: ToolRegistry, policy: Policy) -> str:
     lines = [
         "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
@@ -100,11 +107,20 @@ def execute_description(registry: ToolRegistry, policy: Policy) -> str:
         "output is returned as logs. Some calls need a person's approval: the answer is then "
         "`waiting_for_interaction` with an executionId and an approvalUrl; call `resume` with "
         "the executionId (and action accept/decline/cancel when the user decided in chat). "
-        "A declined or blocked call raises PermissionError inside the code. Available tools, "
-        "with what this server's policy does with their calls:",
+        "A declined or blocked call raises PermissionError inside the code.",
     ]
+    found = listing(registry, policy)
+    if len(found) <= LISTED_TOOLS:
+        lines[0] += " Available tools, with what this server's policy does with their calls:"
+        lines += [f"- {listed_signature(spec, decision)}" for spec, decision in found]
+        return "\n".join(lines)
+    lines[0] += (
+        f" There are {len(found)} tools, too many to list here: call `describe_tools` with a "
+        "query (words of a tool's name or description, e.g. 'create invoice') for their "
+        "signatures and what this server's policy does with their calls. The sources:"
+    )
     lines += [
-        f"- {listed_signature(spec, decision)}" for spec, decision in listing(registry, policy)
+        f"- tools.{source}: {len(names)} tools" for source, names in registry.namespace().items()
     ]
     return "\n".join(lines)
 
@@ -245,16 +261,18 @@ class LockgateMCP:
                 return await self._shape(outcome)
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
-                found = listing(self.registry, self.policy, query)
+                matched = listing(self.registry, self.policy, query)
+                found, more = matched[:DESCRIBED_TOOLS], len(matched) - DESCRIBED_TOOLS
+                text = "\n".join(listed_signature(s, d) for s, d in found) or "No tool matches."
+                if more > 0:
+                    text += (
+                        f"\n… and {more} more tools match: add words to the query to narrow "
+                        "it (they match a tool's name or description)."
+                    )
                 return types.CallToolResult(
-                    content=[
-                        types.TextContent(
-                            type="text",
-                            text="\n".join(listed_signature(s, d) for s, d in found)
-                            or "No tool matches.",
-                        )
-                    ],
+                    content=[types.TextContent(type="text", text=text)],
                     structured_content={
+                        "more": max(more, 0),
                         "tools": [
                             {
                                 "name": s.call_name,
@@ -266,7 +284,7 @@ class LockgateMCP:
                                 "default_policy": s.default_policy.value,
                             }
                             for s, decision in found
-                        ]
+                        ],
                     },
                 )
             return shapes.invalid(

@@ -1,0 +1,106 @@
+"""A large API stays usable: a synthetic OpenAPI document of 1,000 operations (the scale of
+the GitHub or Stripe documents) served by a real `lockgate serve`, read through the real MCP
+client: `execute`'s description names the sources and how to search instead of listing 1,000
+signatures, and `describe_tools` finds an operation by words and bounds what it lists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.servers import MODES, Deployment, mcp_client, run, structured, text_of
+
+pytest_plugins = ["tests.support.servers"]
+
+pytestmark = pytest.mark.slow
+
+KINDS = 500  # two operations each: 1,000
+
+
+def large_document() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for kind in range(KINDS):
+        paths[f"/widgets{kind}"] = {
+            "get": {
+                "operationId": f"list_widgets_{kind}",
+                "summary": f"List the widgets of kind {kind}",
+                "parameters": [
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}}
+                ],
+            },
+            "post": {
+                "operationId": f"create_widget_{kind}",
+                "summary": f"Create a widget of kind {kind}",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Widget"}}
+                    },
+                },
+            },
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Widgets", "version": "1"},
+        "servers": [{"url": "http://127.0.0.1:9/"}],  # never called here
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "Widget": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}},
+                    "required": ["name"],
+                }
+            }
+        },
+    }
+
+
+def test_a_thousand_operations_are_searched_not_listed(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    (tmp_path / "widgets.json").write_text(json.dumps(large_document()))
+    sources = tmp_path / "sources.toml"
+    sources.write_text('[[openapi]]\nname = "widgets"\ndocument = "widgets.json"\n')
+    server = deployment.start(LOCKGATE_SOURCES_FILE=str(sources))
+    [key] = server.printed_keys()
+
+    async def scenario(mode: str) -> None:
+        async with mcp_client(server.url, key, mode) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            description = tools["execute"].description or ""
+            assert "There are 1004 tools, too many to list here" in description
+            assert "- tools.widgets: 1000 tools" in description
+            assert "- tools.notes: 4 tools" in description
+            assert "create_widget_" not in description
+            assert len(description) < 2000
+
+            found = await client.call_tool("describe_tools", {"query": "widgets kind 417"})
+            body = structured(found)
+            assert [t["name"] for t in body["tools"]] == [
+                "tools.widgets.create_widget_417",
+                "tools.widgets.list_widgets_417",
+            ]
+            assert body["more"] == 0
+            create = body["tools"][0]
+            assert create["policy"] == "require_approval"
+            assert create["signature"].startswith(
+                "tools.widgets.create_widget_417(body: dict[str, Any]) -> Any"
+            )
+            assert create["parameters"]["components"] == {
+                "schemas": {"Widget": large_document()["components"]["schemas"]["Widget"]}
+            }
+
+            everything = await client.call_tool("describe_tools", {})
+            assert len(structured(everything)["tools"]) == 50
+            assert structured(everything)["more"] == 954
+            assert text_of(everything).endswith(
+                "… and 954 more tools match: add words to the query to narrow it (they match "
+                "a tool's name or description)."
+            )
+
+    for mode in MODES:
+        run(scenario(mode))
