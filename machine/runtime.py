@@ -29,6 +29,7 @@ from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.tools.openapi import HttpLimits
+from lockgate.machine.tools.plugins import installed_sources
 from lockgate.machine.tools.registry import ToolRegistry, ToolSource
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.machine.write_path import WritePath
@@ -79,6 +80,8 @@ class Runtime:
         chosen: list[ToolSource] = (
             sources if sources is not None else [NotesSource(settings.notes_dir)]
         )
+        if sources is None:  # installed plugins' sources, as every server has them
+            chosen += installed_sources()
         if settings.sources_file is not None:  # the operator's, next to those given
             chosen += load_sources(
                 settings.sources_file,

@@ -6,6 +6,10 @@ control (`LOCKGATE_SOURCES_FILE`):
     document = "specs/petstore.yaml"   # a path (relative to this file), a URL, or the text
     base_url = "https://api.example"   # optional: else the document's first server
 
+    [[python]]                         # your own tools (machine.tools.plugins)
+    factory = "my_tools:make_source"   # module:callable returning a ToolSource
+    options = { region = "eu" }        # optional: keyword arguments for the factory
+
 Read once at start-up; a document that cannot be read or is not OpenAPI 3.0/3.1 stops the
 server with a message naming the source, rather than leaving its tools silently missing.
 """
@@ -22,10 +26,11 @@ import yaml
 
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource
-from lockgate.machine.tools.spec import is_identifier
+from lockgate.machine.tools.plugins import factory_source
+from lockgate.machine.tools.spec import ToolSource, is_identifier
 
 
-def load_sources(path: Path, limits: HttpLimits) -> list[OpenApiSource]:
+def load_sources(path: Path, limits: HttpLimits) -> list[ToolSource]:
     try:
         config = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -35,16 +40,31 @@ def load_sources(path: Path, limits: HttpLimits) -> list[OpenApiSource]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidToolSource(f"the sources file {path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(config) - {"openapi"})
+    unknown = sorted(set(config) - {"openapi", "python"})
     if unknown:
         raise InvalidToolSource(
             f"the sources file {path} has unknown sections: {', '.join(unknown)}",
-            hint="Each source is an [[openapi]] table.",
+            hint="Each source is an [[openapi]] or a [[python]] table.",
         )
-    made: list[OpenApiSource] = []
-    for entry in config.get("openapi", []):
-        made.append(_openapi(entry, path, limits))
+    made: list[ToolSource] = [_openapi(entry, path, limits) for entry in config.get("openapi", [])]
+    for number, entry in enumerate(config.get("python", []), start=1):
+        made.append(_python(entry, f"[[python]] number {number} of {path}"))
     return made
+
+
+def _python(entry: Mapping[str, Any], where: str) -> ToolSource:
+    extra = sorted(set(entry) - {"factory", "options"})
+    if extra:
+        raise InvalidToolSource(
+            f"{where}: unknown keys {', '.join(extra)}",
+            hint="A [[python]] source has factory and options.",
+        )
+    factory, options = entry.get("factory"), entry.get("options", {})
+    if not isinstance(factory, str):
+        raise InvalidToolSource(f'{where} has no factory ("module:callable")')
+    if not isinstance(options, Mapping):
+        raise InvalidToolSource(f"{where}: options must be a table")
+    return factory_source(factory, options, where)
 
 
 def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:
