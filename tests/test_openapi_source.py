@@ -54,8 +54,8 @@ def test_each_operation_is_a_tool_reads_approved_writes_gated(api: RunningApi) -
     source = OpenApiSource("items", api.document, base_url=api.url)
     specs = {tool.spec.name: tool.spec for tool in source.tools()}
     assert sorted(specs) == [
-        "big", "create_item", "delete_item_items__item_id__delete", "get_item", "held",
-        "list_items", "loop",
+        "big", "create_item", "delete_item_items__item_id__delete", "get_file", "get_item",
+        "held", "list_items", "loop",
     ]  # fmt: skip
     listing = specs["list_items"]
     assert listing.idempotent and listing.default_policy is PolicyDecision.APPROVE
@@ -215,3 +215,17 @@ def test_a_paused_write_is_made_once_by_the_next_incarnation(
     assert done.status is ExecutionStatus.COMPLETED, done.error
     assert done.result == {"id": 1, "name": "pen", "price": 2.0, "tags": []}
     assert api.api.effects == [{"created": 1}]
+
+
+def test_a_path_parameter_stays_one_segment_of_its_operation_s_path(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(make_runtime, tmp_path, api)
+    code = "[tools.items.get_file(name=n)['name'] for n in ('..', '.', 'x y')]"
+    done = rt.engine.execute("alice", code)
+    # Unencoded, `..` would have gone to GET / (URL normalisation resolves it).
+    assert done.result == ["..", ".", "x y"], done.error
+    # A slash stays inside the segment (this API's server decodes it and finds no route).
+    sent = rt.engine.execute("alice", caught("tools.items.get_file(name='a/../b')"))
+    assert isinstance(sent.result, str)
+    assert "GET /files/a%2F..%2Fb answered HTTP 404" in sent.result

@@ -110,7 +110,7 @@ class OpenApiOperation:
                 continue
             value = arguments[p.argument]
             if p.location == "path":
-                path = path.replace(f"{{{p.name}}}", quote(_text(value), safe=""))
+                path = path.replace(f"{{{p.name}}}", _segment(_text(value)))
             elif p.location == "query":
                 if isinstance(value, list):
                     query[p.name] = [_text(v) for v in value]
@@ -123,6 +123,14 @@ class OpenApiOperation:
         return self._source.send(
             self.method.upper(), path, query=query, headers=headers, body=body, sent=sent
         )
+
+
+def _segment(text: str) -> str:
+    """`text` as one path segment: every `/` encoded, and `.` or `..` too, which URL
+    normalisation would otherwise resolve (`/items/..` is `/`): a path parameter never
+    reaches another path than its operation's."""
+    segment = quote(text, safe="")
+    return segment.replace(".", "%2E") if segment in (".", "..") else segment
 
 
 def _text(value: JsonValue) -> str:

@@ -58,6 +58,10 @@ class ItemsApi:
             self.effects.append({"deleted": item_id})
             return {"deleted": self.items.pop(item_id, None) is not None}
 
+        @app.get("/files/{name}", operation_id="get_file", summary="A file by name")
+        def get_file(name: str) -> Any:
+            return {"name": name}
+
         @app.get("/big", operation_id="big", summary="A large answer")
         def big(size: int) -> PlainTextResponse:
             return PlainTextResponse("x" * size)
