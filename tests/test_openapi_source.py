@@ -5,6 +5,7 @@ before any pause, HTTP failures and limits reaching the code in words, the sourc
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,13 +13,16 @@ from typing import Any
 
 import pytest
 
+from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.secrets import REDACTED
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource, to_json_schema
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
+from tests.support.canary import CANARY
 from tests.support.engine_records import MakeRuntime, restart
 from tests.support.http_api import ItemsApi, RunningApi, serve
 
@@ -29,9 +33,10 @@ def api_fixture() -> Iterator[RunningApi]:
 
 
 def sources_file(tmp_path: Path, api: RunningApi, **extra: str) -> Path:
+    """`extra`: more keys of the [[openapi]] table, each a TOML value written as is."""
     (tmp_path / "items.json").write_text(json.dumps(api.document))
     lines = ["[[openapi]]", 'name = "items"', 'document = "items.json"', f'base_url = "{api.url}"']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    lines += [f"{key} = {value}" for key, value in extra.items()]
     path = tmp_path / "sources.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -55,7 +60,7 @@ def test_each_operation_is_a_tool_reads_approved_writes_gated(api: RunningApi) -
     specs = {tool.spec.name: tool.spec for tool in source.tools()}
     assert sorted(specs) == [
         "big", "create_item", "delete_item_items__item_id__delete", "get_file", "get_item",
-        "held", "list_items", "loop",
+        "held", "list_items", "loop", "whoami",
     ]  # fmt: skip
     listing = specs["list_items"]
     assert listing.idempotent and listing.default_policy is PolicyDecision.APPROVE
@@ -229,3 +234,46 @@ def test_a_path_parameter_stays_one_segment_of_its_operation_s_path(
     sent = rt.engine.execute("alice", caught("tools.items.get_file(name='a/../b')"))
     assert isinstance(sent.result, str)
     assert "GET /files/a%2F..%2Fb answered HTTP 404" in sent.result
+
+
+@pytest.mark.parametrize(
+    ("auth", "sent"),
+    [
+        ('{ bearer = "notes_token" }', {"authorization": f"Bearer {REDACTED}", "api_key": None}),
+        (
+            '{ query = "api_key", secret = "notes_token" }',
+            {"authorization": None, "api_key": REDACTED},
+        ),
+        (
+            '{ header = "Authorization", secret = "notes_token" }',
+            {"authorization": REDACTED, "api_key": None},
+        ),
+    ],
+)
+def test_a_source_s_credential_is_a_secret_sent_and_never_kept(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, auth: str, sent: dict[str, Any]
+) -> None:
+    rt = make_runtime(sources_file=sources_file(tmp_path, api, auth=auth))
+    done = rt.engine.execute("alice", "tools.items.whoami()")
+    # The API got the secret (it echoed it back); the result kept only its redaction.
+    assert done.result == sent, done.error
+    stored = AuditQueries(rt.engine.store.engine).stored_text()
+    assert not [table for table, text in stored if CANARY in text]
+
+
+def test_basic_auth_sends_the_secret_as_user_and_password(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = make_runtime(sources_file=sources_file(tmp_path, api, auth='{ basic = "notes_token" }'))
+    done = rt.engine.execute("alice", "tools.items.whoami()['authorization']")
+    assert done.result == "Basic " + base64.b64encode(CANARY.encode()).decode(), done.error
+
+
+@pytest.mark.parametrize(
+    "auth", ['"notes_token"', '{ bearer = "" }', '{ header = "X-Key" }', '{ cookie = "a" }']
+)
+def test_an_auth_it_cannot_use_is_refused_naming_the_forms(
+    tmp_path: Path, api: RunningApi, auth: str
+) -> None:
+    with pytest.raises(InvalidToolSource, match="auth must be one of"):
+        load_sources(sources_file(tmp_path, api, auth=auth), HttpLimits())

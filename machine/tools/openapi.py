@@ -15,6 +15,7 @@ OpenAPI 3.0's schema dialect is turned into JSON Schema 2020-12 first (`nullable
 
 from __future__ import annotations
 
+import base64
 import json
 import keyword
 import re
@@ -77,6 +78,27 @@ def to_json_schema(schema: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Auth:
+    """How a source's calls carry its credential, a secret resolved at dispatch (after any
+    approval) from the server's secret store, never written anywhere Lockgate keeps things."""
+
+    secret: str
+    kind: str  # bearer | basic | header | query
+    #: The header or query parameter (header and query kinds).
+    field: str = ""
+
+    def apply(self, value: str, headers: dict[str, str], query: dict[str, Any]) -> None:
+        if self.kind == "bearer":
+            headers["Authorization"] = f"Bearer {value}"
+        elif self.kind == "basic":  # the secret is "user:password"
+            headers["Authorization"] = "Basic " + base64.b64encode(value.encode()).decode()
+        elif self.kind == "header":
+            headers[self.field] = value
+        else:
+            query[self.field] = value
+
+
+@dataclass(frozen=True)
 class Parameter:
     argument: str  # the keyword agent code passes
     name: str  # the name the API knows
@@ -118,6 +140,9 @@ class OpenApiOperation:
                     query[p.name] = _text(value)
             else:
                 headers[p.name] = _text(value)
+        auth = self._source.auth
+        if auth is not None:
+            auth.apply(context.secrets[auth.secret], headers, query)
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
         return self._source.send(
@@ -152,8 +177,10 @@ class OpenApiSource:
         base_url: str | None = None,
         document_url: str | None = None,
         limits: HttpLimits = HttpLimits(),
+        auth: Auth | None = None,
     ) -> None:
         self.name = name
+        self.auth = auth
         version = str(document.get("openapi", ""))
         if not version.startswith(("3.0.", "3.1.")):
             raise InvalidToolSource(
@@ -300,6 +327,7 @@ class OpenApiSource:
             returns="Any",
             idempotent=read,
             default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
+            secrets=(self.auth.secret,) if self.auth is not None else (),
         )
         return OpenApiOperation(self, spec, method, path, parameters, body_argument)
 

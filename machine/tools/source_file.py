@@ -5,6 +5,10 @@ control (`LOCKGATE_SOURCES_FILE`):
     name = "petstore"                  # agent code calls tools.petstore.<operation>(...)
     document = "specs/petstore.yaml"   # a path (relative to this file), a URL, or the text
     base_url = "https://api.example"   # optional: else the document's first server
+    auth = { bearer = "petstore_token" }  # optional: a secret (LOCKGATE_SECRET_PETSTORE_TOKEN)
+                                          # as bearer, basic ("user:password"), or
+                                          # { header = "X-Api-Key", secret = "..." },
+                                          # { query = "api_key", secret = "..." }
 
     [[python]]                         # your own tools (machine.tools.plugins)
     factory = "my_tools:make_source"   # module:callable returning a ToolSource
@@ -25,7 +29,7 @@ import httpx2
 import yaml
 
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource
+from lockgate.machine.tools.openapi import Auth, HttpLimits, OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.spec import ToolSource, is_identifier
 
@@ -75,11 +79,11 @@ def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenAp
             f"identifier (got {name!r})",
             hint="Agent code calls tools.<name>.<operation>(...).",
         )
-    extra = sorted(set(entry) - {"name", "document", "base_url"})
+    extra = sorted(set(entry) - {"name", "document", "base_url", "auth"})
     if extra:
         raise InvalidToolSource(
             f"source {name!r} in {path}: unknown keys {', '.join(extra)}",
-            hint="An [[openapi]] source has name, document and base_url.",
+            hint="An [[openapi]] source has name, document, base_url and auth.",
         )
     where = entry.get("document")
     if not isinstance(where, str) or not where.strip():
@@ -96,7 +100,36 @@ def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenAp
         ) from None
     if not isinstance(document, Mapping):
         raise InvalidToolSource(f"source {name!r}: its document is not a JSON or YAML object")
-    return OpenApiSource(name, document, base_url=base_url, document_url=url, limits=limits)
+    auth = _auth(name, entry.get("auth"), path)
+    return OpenApiSource(
+        name, document, base_url=base_url, document_url=url, limits=limits, auth=auth
+    )
+
+
+AUTH_FORMS = (
+    '{ bearer = "<secret>" }, { basic = "<secret>" }, { header = "<name>", secret = "<secret>" }'
+    ' or { query = "<name>", secret = "<secret>" }'
+)
+
+
+def _auth(name: str, table: object, path: Path) -> Auth | None:
+    """A source's `auth` table: which secret, carried how."""
+    if table is None:
+        return None
+    problem = f"source {name!r} in {path}: auth must be one of {AUTH_FORMS}"
+    if not isinstance(table, Mapping):
+        raise InvalidToolSource(problem)
+    keys = set(table)
+    values = {key: value for key, value in table.items() if isinstance(value, str) and value}
+    if len(values) != len(keys):
+        raise InvalidToolSource(problem)
+    if keys == {"bearer"} or keys == {"basic"}:
+        (kind,) = keys
+        return Auth(secret=values[kind], kind=kind)
+    for kind in ("header", "query"):
+        if keys == {kind, "secret"}:
+            return Auth(secret=values["secret"], kind=kind, field=values[kind])
+    raise InvalidToolSource(problem)
 
 
 def _document_text(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
@@ -61,6 +61,14 @@ class ItemsApi:
         @app.get("/files/{name}", operation_id="get_file", summary="A file by name")
         def get_file(name: str) -> Any:
             return {"name": name}
+
+        @app.get("/me", operation_id="whoami", summary="Echoes the credentials it was sent")
+        def whoami(request: Request) -> Any:
+            # A careless API that echoes what it was sent: the secret must not be kept.
+            return {
+                "authorization": request.headers.get("authorization"),
+                "api_key": request.query_params.get("api_key"),
+            }
 
         @app.get("/big", operation_id="big", summary="A large answer")
         def big(size: int) -> PlainTextResponse:
