@@ -27,8 +27,8 @@ from lockgate.machine.sandbox import Sandbox, SandboxLimits
 from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
 from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
+from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.notes import NotesSource
-from lockgate.machine.tools.openapi import HttpLimits
 from lockgate.machine.tools.plugins import installed_sources
 from lockgate.machine.tools.registry import ToolRegistry, ToolSource
 from lockgate.machine.tools.source_file import load_sources

@@ -19,7 +19,8 @@ from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.secrets import REDACTED
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.openapi import HttpLimits, OpenApiSource, to_json_schema
+from lockgate.machine.tools.http_calls import HttpLimits
+from lockgate.machine.tools.openapi import OpenApiSource, to_json_schema
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
 from tests.support.canary import CANARY

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.openapi import HttpLimits
+from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.plugins import installed_sources
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus

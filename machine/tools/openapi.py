@@ -15,7 +15,6 @@ OpenAPI 3.0's schema dialect is turned into JSON Schema 2020-12 first (`nullable
 
 from __future__ import annotations
 
-import base64
 import json
 import keyword
 import re
@@ -24,28 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin
 
-import httpx2
 from pydantic import JsonValue
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
-from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READS = frozenset({"get", "head", "options"})
-#: The longest excerpt of an error response's body a failure quotes.
-BODY_EXCERPT_CHARS = 500
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    """What one outbound call may take (settings `LOCKGATE_HTTP_*`)."""
-
-    timeout_secs: float = 30.0
-    max_response_bytes: int = 1024 * 1024
-    max_redirects: int = 5
 
 
 def identifier(text: str) -> str:
@@ -75,27 +63,6 @@ def to_json_schema(schema: Any) -> Any:
         elif declared is None:
             out = {"anyOf": [out, {"type": "null"}]}
     return out
-
-
-@dataclass(frozen=True)
-class Auth:
-    """How a source's calls carry its credential, a secret resolved at dispatch (after any
-    approval) from the server's secret store, never written anywhere Lockgate keeps things."""
-
-    secret: str
-    kind: str  # bearer | basic | header | query
-    #: The header or query parameter (header and query kinds).
-    field: str = ""
-
-    def apply(self, value: str, headers: dict[str, str], query: dict[str, Any]) -> None:
-        if self.kind == "bearer":
-            headers["Authorization"] = f"Bearer {value}"
-        elif self.kind == "basic":  # the secret is "user:password"
-            headers["Authorization"] = "Basic " + base64.b64encode(value.encode()).decode()
-        elif self.kind == "header":
-            headers[self.field] = value
-        else:
-            query[self.field] = value
 
 
 @dataclass(frozen=True)
@@ -176,7 +143,7 @@ class OpenApiSource:
         *,
         base_url: str | None = None,
         document_url: str | None = None,
-        limits: HttpLimits = HttpLimits(),
+        limits: HttpLimits | None = None,
         auth: Auth | None = None,
     ) -> None:
         self.name = name
@@ -195,7 +162,7 @@ class OpenApiSource:
                 hint="Set base_url for this source (for example http://127.0.0.1:8080).",
             )
         self.base_url: str = found
-        self.limits = limits
+        self.limits = limits or HttpLimits()
         components = document.get("components", {})
         self._components = to_json_schema(components) if self._legacy else components
         self._resolver = Registry().resolver_with_root(
@@ -341,56 +308,8 @@ class OpenApiSource:
         body: JsonValue,
         sent: bool,
     ) -> JsonValue:
-        """One HTTP call, within the limits; the answer as JSON (or text)."""
         url = self.base_url.rstrip("/") + path
-        what = f"{method} {path}"
-        limit = self.limits.max_response_bytes
-        try:
-            # A client per call: nothing (no connection pool) outlives the call, whichever
-            # worker thread makes it; a loopback or keep-alive-less API pays one connect.
-            with (
-                httpx2.Client(
-                    timeout=self.limits.timeout_secs,
-                    follow_redirects=True,
-                    max_redirects=self.limits.max_redirects,
-                ) as client,
-                client.stream(
-                    method, url, params=dict(query), headers=dict(headers),
-                    json=body if sent else None,
-                ) as response,
-            ):  # fmt: skip
-                data = bytearray()
-                for chunk in response.iter_bytes():
-                    data.extend(chunk)
-                    if len(data) > limit:
-                        raise ToolFailed(
-                            f"{what}: the response is larger than {limit} bytes "
-                            "(LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask for less (a filter, a page)."
-                        )
-        except httpx2.TimeoutException:
-            raise ToolFailed(
-                f"{what}: no answer within {self.limits.timeout_secs:g} s "
-                "(LOCKGATE_HTTP_TIMEOUT_SECS)."
-            ) from None
-        except httpx2.TooManyRedirects:
-            raise ToolFailed(
-                f"{what}: more than {self.limits.max_redirects} redirects "
-                "(LOCKGATE_HTTP_MAX_REDIRECTS)."
-            ) from None
-        except httpx2.HTTPError as exc:
-            raise ToolFailed(
-                f"{what}: the request to {self.base_url} failed ({type(exc).__name__})."
-            ) from None
-        text = data.decode(response.encoding or "utf-8", errors="replace")
-        if response.status_code >= 400:
-            excerpt = text[:BODY_EXCERPT_CHARS] + ("…" if len(text) > BODY_EXCERPT_CHARS else "")
-            raise ToolFailed(f"{what} answered HTTP {response.status_code}: {excerpt}")
-        if not text:
-            return None
-        if "json" in response.headers.get("content-type", ""):
-            try:
-                parsed: JsonValue = json.loads(text)
-            except ValueError:
-                return text
-            return parsed
-        return text
+        return send(
+            method, url, f"{method} {path}", self.limits,
+            query=query, headers=headers, body=body, sent=sent,
+        )  # fmt: skip

@@ -136,5 +136,17 @@ class ToolRegistry:
         """Checked (and JSON-normalised: tuples become lists) keyword arguments for a call.
 
         Raises UnknownTool or InvalidArguments, naming the tool, the argument and the problem.
+        A tool with a `problems(arguments)` method (a GraphQL document checked against its
+        schema) is asked too, after its JSON Schema, so its refusals also come before any pause.
         """
-        return check_arguments(self.get(full_name).spec, kwargs, args)
+        tool = self.get(full_name)
+        checked = check_arguments(tool.spec, kwargs, args)
+        more = getattr(tool, "problems", None)
+        found: list[str] = more(checked) if callable(more) else []
+        if found:
+            raise InvalidArguments(
+                tool=tool.spec.full_name,
+                problems=found,
+                usage=f"Call it as {tool.spec.bare_signature()}, with keyword arguments.",
+            )
+        return checked

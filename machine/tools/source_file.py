@@ -29,7 +29,8 @@ import httpx2
 import yaml
 
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.openapi import Auth, HttpLimits, OpenApiSource
+from lockgate.machine.tools.http_calls import Auth, HttpLimits
+from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.spec import ToolSource, is_identifier
 
