@@ -90,6 +90,7 @@ class Runtime:
                     max_response_bytes=settings.http_max_response_bytes,
                     max_redirects=settings.http_max_redirects,
                 ),
+                secrets,
             )
         for source in chosen:
             registry.register(source)

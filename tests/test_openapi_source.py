@@ -191,7 +191,7 @@ def test_openapi_3_0_schemas_become_json_schema() -> None:
         ('[[openapi]]\nname = "items"\ndocument = "missing.json"\n', "cannot be read"),
         ('[[openapi]]\nname = "my-api"\ndocument = "x.json"\n', "a Python identifier"),
         ('[[openapi]]\nname = "items"\ndocument = "x.json"\ncolour = 1\n', "unknown keys colour"),
-        ('[[graphql]]\nname = "g"\n', "unknown sections: graphql"),
+        ('[[soap]]\nname = "g"\n', "unknown sections: soap"),
         ('[[openapi]]\nname = "items"\ndocument = """{"swagger": "2.0"}"""\n', "not an OpenAPI 3"),
         ('[[openapi]]\nname = "items"\ndocument = """{"openapi": "3.1.0"}"""\n', "names no server"),
         ("[[openapi]\n", "not valid TOML"),

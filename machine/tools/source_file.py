@@ -10,6 +10,12 @@ control (`LOCKGATE_SOURCES_FILE`):
                                           # { header = "X-Api-Key", secret = "..." },
                                           # { query = "api_key", secret = "..." }
 
+    [[graphql]]
+    name = "shop"                      # tools.shop.query(query=...) and tools.shop.mutate(...)
+    endpoint = "https://shop.example/graphql"
+    schema = "shop.graphql"            # optional: an SDL file; else asked of the endpoint
+    auth = { bearer = "shop_token" }   # optional, as for OpenAPI
+
     [[python]]                         # your own tools (machine.tools.plugins)
     factory = "my_tools:make_source"   # module:callable returning a ToolSource
     options = { region = "eu" }        # optional: keyword arguments for the factory
@@ -28,14 +34,23 @@ from typing import Any
 import httpx2
 import yaml
 
+from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
 from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.graphql_source import (
+    GraphQLSource,
+    schema_by_introspection,
+    schema_from_sdl,
+)
 from lockgate.machine.tools.http_calls import Auth, HttpLimits
 from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.spec import ToolSource, is_identifier
 
 
-def load_sources(path: Path, limits: HttpLimits) -> list[ToolSource]:
+def load_sources(
+    path: Path, limits: HttpLimits, secrets: SecretStore | None = None
+) -> list[ToolSource]:
+    """`secrets` resolve a GraphQL source's credential for its introspection at start-up."""
     try:
         config = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -45,13 +60,14 @@ def load_sources(path: Path, limits: HttpLimits) -> list[ToolSource]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidToolSource(f"the sources file {path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(config) - {"openapi", "python"})
+    unknown = sorted(set(config) - {"openapi", "graphql", "python"})
     if unknown:
         raise InvalidToolSource(
             f"the sources file {path} has unknown sections: {', '.join(unknown)}",
-            hint="Each source is an [[openapi]] or a [[python]] table.",
+            hint="Each source is an [[openapi]], a [[graphql]] or a [[python]] table.",
         )
     made: list[ToolSource] = [_openapi(entry, path, limits) for entry in config.get("openapi", [])]
+    made += [_graphql(entry, path, limits, secrets) for entry in config.get("graphql", [])]
     for number, entry in enumerate(config.get("python", []), start=1):
         made.append(_python(entry, f"[[python]] number {number} of {path}"))
     return made
@@ -72,20 +88,56 @@ def _python(entry: Mapping[str, Any], where: str) -> ToolSource:
     return factory_source(factory, options, where)
 
 
-def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:
+def _named(entry: Mapping[str, Any], path: Path, kind: str, keys: set[str]) -> str:
+    """The source's name, once its table holds only `keys` (and a name)."""
     name = entry.get("name")
     if not isinstance(name, str) or not is_identifier(name):
         raise InvalidToolSource(
-            f"the sources file {path}: an [[openapi]] source needs a name that is a Python "
+            f"the sources file {path}: a [[{kind}]] source needs a name that is a Python "
             f"identifier (got {name!r})",
-            hint="Agent code calls tools.<name>.<operation>(...).",
+            hint="Agent code calls tools.<name>.<tool>(...).",
         )
-    extra = sorted(set(entry) - {"name", "document", "base_url", "auth"})
+    extra = sorted(set(entry) - keys - {"name"})
     if extra:
         raise InvalidToolSource(
             f"source {name!r} in {path}: unknown keys {', '.join(extra)}",
-            hint="An [[openapi]] source has name, document, base_url and auth.",
+            hint=f"A [[{kind}]] source has name, {', '.join(sorted(keys))}.",
         )
+    return name
+
+
+def _graphql(
+    entry: Mapping[str, Any], path: Path, limits: HttpLimits, secrets: SecretStore | None
+) -> GraphQLSource:
+    name = _named(entry, path, "graphql", {"endpoint", "schema", "auth"})
+    endpoint = entry.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+        raise InvalidToolSource(f"source {name!r} in {path}: endpoint must be an http(s) URL")
+    auth = _auth(name, entry.get("auth"), path)
+    sdl = entry.get("schema")
+    if sdl is not None:
+        if not isinstance(sdl, str):
+            raise InvalidToolSource(f"source {name!r} in {path}: schema must be a file name")
+        text, _ = _document_text(name, sdl, path.parent, limits)
+        schema = schema_from_sdl(name, text)
+    else:
+        headers: dict[str, str] = {}
+        query: dict[str, Any] = {}
+        if auth is not None:
+            store = secrets if secrets is not None else EnvironmentSecrets()
+            try:
+                value = store.resolve([auth.secret])[auth.secret]
+            except MissingSecret as exc:
+                raise InvalidToolSource(
+                    f"source {name!r}: its introspection needs {exc.message}", hint=exc.hint
+                ) from None
+            auth.apply(value, headers, query)
+        schema = schema_by_introspection(name, endpoint, limits, headers, query)
+    return GraphQLSource(name, endpoint, schema, limits=limits, auth=auth)
+
+
+def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:
+    name = _named(entry, path, "openapi", {"document", "base_url", "auth"})
     where = entry.get("document")
     if not isinstance(where, str) or not where.strip():
         raise InvalidToolSource(f"source {name!r} in {path} has no document")

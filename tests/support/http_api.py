@@ -14,9 +14,16 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
+from graphql import build_schema, graphql_sync
 from pydantic import BaseModel, Field
 
 from lockgate.simulation.ports import free_port
+
+SHOP_SDL = """
+type Item { id: Int! name: String! }
+type Query { items(limit: Int = 10): [Item!]! item(id: Int!): Item }
+type Mutation { addItem(name: String!): Item! }
+"""
 
 
 class Item(BaseModel):
@@ -69,6 +76,38 @@ class ItemsApi:
                 "authorization": request.headers.get("authorization"),
                 "api_key": request.query_params.get("api_key"),
             }
+
+        shop = build_schema(SHOP_SDL)
+
+        def add_item(_info: object, name: str) -> dict[str, Any]:
+            number = len(self.items) + 1
+            new: dict[str, Any] = {"id": number, "name": name, "price": 0.0, "tags": []}
+            self.items[number] = new
+            self.effects.append({"created": number})
+            return new
+
+        def item(_info: object, id: int) -> dict[str, Any]:
+            if id not in self.items:
+                raise ValueError(f"no item {id}")
+            return self.items[id]
+
+        root = {
+            "items": lambda _info, limit=10: list(self.items.values())[:limit],
+            "item": item,
+            "addItem": add_item,
+        }
+
+        @app.post("/graphql", include_in_schema=False)
+        async def graphql_endpoint(request: Request) -> Any:
+            payload = await request.json()
+            result = graphql_sync(
+                shop, payload["query"], root_value=root,
+                variable_values=payload.get("variables"),
+            )  # fmt: skip
+            answer: dict[str, Any] = {"data": result.data}
+            if result.errors:
+                answer["errors"] = [e.formatted for e in result.errors]
+            return answer
 
         @app.get("/big", operation_id="big", summary="A large answer")
         def big(size: int) -> PlainTextResponse:

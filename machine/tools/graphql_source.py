@@ -1,0 +1,175 @@
+"""A GraphQL API as a tool source: `tools.<name>.query(query=..., variables=...)` for reads,
+made at once, and `tools.<name>.mutate(...)` for mutations, which wait for a person.
+
+Two tools that take a GraphQL document, rather than a generated tool per field: choosing the
+fields it needs is what the code uses GraphQL for, and a document is what a person approving
+a mutation can read. Each document is parsed and validated against the API's schema by
+graphql-core before anything is journaled or paused: a query refuses a mutation (and the
+reverse), an unknown field or a missing variable is named, so an approval is never spent on
+a document the API would refuse. The schema is read from the endpoint (introspection) or
+from an SDL file; calls go over HTTP with the same bounds and credentials as OpenAPI's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graphql import (
+    GraphQLError,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    OperationType,
+    build_client_schema,
+    build_schema,
+    get_introspection_query,
+    parse,
+    validate,
+)
+from pydantic import JsonValue
+
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
+from lockgate.machine.tools.spec import ToolContext, ToolSpec
+
+#: GraphQL errors a failure quotes at most (the rest are counted).
+QUOTED_ERRORS = 3
+
+_ARGUMENTS: dict[str, JsonValue] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "description": "The GraphQL document."},
+        "variables": {"type": "object", "description": "Values of its $variables."},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+class GraphQLOperation:
+    """`query` or `mutate` of one GraphQL source."""
+
+    def __init__(self, source: GraphQLSource, kind: OperationType) -> None:
+        self._source, self.kind = source, kind
+        read = kind is OperationType.QUERY
+        self.spec = ToolSpec(
+            source=source.name,
+            name="query" if read else "mutate",
+            description=(
+                f"Run a GraphQL {'query' if read else 'mutation'} against {source.endpoint} "
+                "(one operation; variables as a dict)"
+            ),
+            parameters=_ARGUMENTS,
+            returns="dict[str, Any]",
+            idempotent=read,
+            default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
+            secrets=(source.auth.secret,) if source.auth is not None else (),
+        )
+
+    def problems(self, arguments: Mapping[str, JsonValue]) -> list[str]:
+        """What the API would refuse in the document, found before any pause."""
+        text = arguments.get("query")
+        if not isinstance(text, str):
+            return []  # the JSON Schema already refused it
+        try:
+            document = parse(text)
+        except GraphQLError as exc:
+            return [f"argument 'query' is not GraphQL: {exc.message}"]
+        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        if len(operations) != 1:
+            return [f"argument 'query' must hold one operation (it holds {len(operations)})"]
+        kind = operations[0].operation
+        if kind is not self.kind:
+            other = {
+                OperationType.QUERY: "query",
+                OperationType.MUTATION: "mutate",
+            }.get(kind)
+            use = f": use tools.{self._source.name}.{other}" if other else " (not supported)"
+            return [f"argument 'query' is a {kind.value}{use}"]
+        return [f"argument 'query': {e.message}" for e in validate(self._source.schema, document)]
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        headers: dict[str, str] = {}
+        query: dict[str, Any] = {}
+        auth = self._source.auth
+        if auth is not None:
+            auth.apply(context.secrets[auth.secret], headers, query)
+        body: dict[str, JsonValue] = {"query": arguments["query"]}
+        if "variables" in arguments:
+            body["variables"] = arguments["variables"]
+        answer = send(
+            "POST", self._source.endpoint, f"GraphQL {self.spec.name}", self._source.limits,
+            query=query, headers=headers, body=body, sent=True,
+        )  # fmt: skip
+        if not isinstance(answer, dict):
+            raise ToolFailed(f"GraphQL {self.spec.name}: the API answered no GraphQL response")
+        errors = answer.get("errors")
+        if isinstance(errors, list) and errors:
+            said = [str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors]
+            more = f" (and {len(said) - QUOTED_ERRORS} more)" if len(said) > QUOTED_ERRORS else ""
+            raise ToolFailed(
+                f"GraphQL {self.spec.name}: the API answered errors: "
+                + "; ".join(said[:QUOTED_ERRORS])
+                + more
+            )
+        return answer.get("data")
+
+
+class GraphQLSource:
+    """One GraphQL endpoint and its schema."""
+
+    def __init__(
+        self,
+        name: str,
+        endpoint: str,
+        schema: GraphQLSchema,
+        *,
+        limits: HttpLimits | None = None,
+        auth: Auth | None = None,
+    ) -> None:
+        self.name, self.endpoint, self.schema = name, endpoint, schema
+        self.limits, self.auth = limits or HttpLimits(), auth
+        kinds = [OperationType.QUERY]
+        if schema.mutation_type is not None:
+            kinds.append(OperationType.MUTATION)
+        self._tools = [GraphQLOperation(self, kind) for kind in kinds]
+
+    def tools(self) -> Sequence[GraphQLOperation]:
+        return self._tools
+
+
+def schema_from_sdl(name: str, sdl: str) -> GraphQLSchema:
+    try:
+        return build_schema(sdl)
+    except (GraphQLError, TypeError) as exc:
+        raise InvalidToolSource(f"source {name!r}: its schema is not valid SDL ({exc})") from None
+
+
+def schema_by_introspection(
+    name: str,
+    endpoint: str,
+    limits: HttpLimits,
+    headers: Mapping[str, str],
+    query: Mapping[str, Any],
+) -> GraphQLSchema:
+    """The endpoint's schema, asked of the endpoint itself."""
+    try:
+        answer = send(
+            "POST", endpoint, "GraphQL introspection", limits,
+            query=query, headers=headers, body={"query": get_introspection_query()}, sent=True,
+        )  # fmt: skip
+    except ToolFailed as exc:
+        raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, dict):
+        raise InvalidToolSource(
+            f"source {name!r}: {endpoint} did not answer the introspection query",
+            hint='Give the schema as an SDL file instead (schema = "schema.graphql").',
+        )
+    try:
+        return build_client_schema(data)  # type: ignore[arg-type]
+    except (GraphQLError, TypeError) as exc:
+        raise InvalidToolSource(
+            f"source {name!r}: its introspection is not usable ({exc})"
+        ) from None
