@@ -277,3 +277,11 @@ class Runtime:
             except Exception:
                 log.exception("could not record a clean stop")
         self.sandbox.close()
+        self.close_sources()
+
+    def close_sources(self) -> None:
+        """Let go of what sources hold open (an upstream MCP server's process or connection)."""
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()

@@ -16,8 +16,6 @@ OpenAPI 3.0's schema dialect is turned into JSON Schema 2020-12 first (`nullable
 from __future__ import annotations
 
 import json
-import keyword
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,18 +28,10 @@ from referencing.jsonschema import DRAFT202012
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
-from lockgate.machine.tools.spec import ToolContext, ToolSpec
+from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READS = frozenset({"get", "head", "options"})
-
-
-def identifier(text: str) -> str:
-    """`text` as a Python identifier: runs of other characters become `_`."""
-    name = re.sub(r"\W+", "_", text).strip("_") or "_"
-    if name[0].isdigit():
-        name = f"_{name}"
-    return f"{name}_" if keyword.iskeyword(name) else name
 
 
 def to_json_schema(schema: Any) -> Any:

@@ -16,6 +16,11 @@ control (`LOCKGATE_SOURCES_FILE`):
     schema = "shop.graphql"            # optional: an SDL file; else asked of the endpoint
     auth = { bearer = "shop_token" }   # optional, as for OpenAPI
 
+    [[mcp]]
+    name = "files"                     # tools.files.<upstream tool>(...)
+    command = ["npx", "some-mcp-server"]  # run over stdio; or url = "https://.../mcp"
+    env = { ROOT = "/srv/files" }      # optional: variables the command gets
+
     [[python]]                         # your own tools (machine.tools.plugins)
     factory = "my_tools:make_source"   # module:callable returning a ToolSource
     options = { region = "eu" }        # optional: keyword arguments for the factory
@@ -33,15 +38,17 @@ from typing import Any
 
 import httpx2
 import yaml
+from mcp.client.stdio import StdioServerParameters
 
 from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
-from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
 from lockgate.machine.tools.graphql_source import (
     GraphQLSource,
     schema_by_introspection,
     schema_from_sdl,
 )
 from lockgate.machine.tools.http_calls import Auth, HttpLimits
+from lockgate.machine.tools.mcp_source import McpSource, McpUpstream
 from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.spec import ToolSource, is_identifier
@@ -60,14 +67,15 @@ def load_sources(
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidToolSource(f"the sources file {path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(config) - {"openapi", "graphql", "python"})
+    unknown = sorted(set(config) - {"openapi", "graphql", "mcp", "python"})
     if unknown:
         raise InvalidToolSource(
             f"the sources file {path} has unknown sections: {', '.join(unknown)}",
-            hint="Each source is an [[openapi]], a [[graphql]] or a [[python]] table.",
+            hint="Each source is an [[openapi]], [[graphql]], [[mcp]] or [[python]] table.",
         )
     made: list[ToolSource] = [_openapi(entry, path, limits) for entry in config.get("openapi", [])]
     made += [_graphql(entry, path, limits, secrets) for entry in config.get("graphql", [])]
+    made += [_mcp(entry, path, limits) for entry in config.get("mcp", [])]
     for number, entry in enumerate(config.get("python", []), start=1):
         made.append(_python(entry, f"[[python]] number {number} of {path}"))
     return made
@@ -134,6 +142,41 @@ def _graphql(
             auth.apply(value, headers, query)
         schema = schema_by_introspection(name, endpoint, limits, headers, query)
     return GraphQLSource(name, endpoint, schema, limits=limits, auth=auth)
+
+
+def _mcp(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> McpSource:
+    name = _named(entry, path, "mcp", {"command", "url", "env"})
+    command, url, env = entry.get("command"), entry.get("url"), entry.get("env")
+    if env is not None and not (
+        isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())
+    ):
+        raise InvalidToolSource(f"source {name!r} in {path}: env must be a table of strings")
+    target: StdioServerParameters | str
+    if isinstance(url, str) and command is None and url.startswith(("http://", "https://")):
+        target = url
+    elif (
+        url is None
+        and isinstance(command, list)
+        and command
+        and all(isinstance(part, str) and part for part in command)
+    ):
+        # Relative to the sources file, as its other paths are.
+        # The SDK passes the command only a safe part of this environment (PATH, HOME...);
+        # `env` adds to it.
+        target = StdioServerParameters(
+            command=command[0], args=command[1:], cwd=path.parent, env=dict(env or {})
+        )
+    else:
+        raise InvalidToolSource(
+            f"source {name!r} in {path}: give either command (a list: the program and its "
+            "arguments, run over stdio) or url (a streamable HTTP endpoint)"
+        )
+    upstream = McpUpstream(name, target, limits.timeout_secs)
+    try:
+        return McpSource(name, upstream)
+    except ToolFailed as exc:
+        upstream.close()
+        raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
 
 
 def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:

@@ -10,6 +10,7 @@ JSON Schema of an object (`machine.tools.schema`), because agent code calls
 from __future__ import annotations
 
 import keyword
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,6 +36,14 @@ def make_idempotency_key(execution_id: str, sequence: int) -> str:
 def is_identifier(name: str) -> bool:
     # Source and tool names become attribute names in agent code.
     return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def identifier(text: str) -> str:
+    """`text` as a Python identifier: runs of other characters become `_`."""
+    name = re.sub(r"\W+", "_", text).strip("_") or "_"
+    if name[0].isdigit():
+        name = f"_{name}"
+    return f"{name}_" if keyword.iskeyword(name) else name
 
 
 def _empty_object_schema() -> dict[str, JsonValue]:

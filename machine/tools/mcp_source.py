@@ -1,0 +1,196 @@
+"""An upstream MCP server as a tool source: its tools proxied with their own schemas.
+
+The upstream is a command run over stdio or a streamable HTTP URL, reached with the `mcp`
+SDK's own client. What a call needs follows its annotations: `readOnlyHint` makes it a read
+(idempotent, approved by default); `destructiveHint`, or no annotation at all, makes it wait
+for a person by default.
+
+The SDK's client is async and a tool call runs on a worker thread, so each upstream has an
+event loop of its own, on a thread that holds the connection open between calls. A call
+that finds the connection gone fails in words and drops it; the next call connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+from mcp import Client, types
+from mcp.client.stdio import StdioServerParameters
+from pydantic import JsonValue
+
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
+
+T = TypeVar("T")
+log = logging.getLogger("lockgate.tools")
+Target = StdioServerParameters | str
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first error inside a task group's exception group (what actually went wrong)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class McpUpstream:
+    """The connection to one upstream server, on an event loop thread of its own."""
+
+    def __init__(self, name: str, target: Target, timeout_secs: float) -> None:
+        self.name, self.target, self.timeout_secs = name, target, timeout_secs
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._serve, name=f"lockgate-mcp-{name}", daemon=True
+        )
+        self._thread.start()
+        self._lock = threading.Lock()
+        self._client: Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._held: Future[None] | None = None
+
+    def _serve(self) -> None:
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    def _connect(self) -> Client:
+        """Open the connection (the lock held) and keep it open in a task of the loop."""
+        opened: Future[tuple[Client, asyncio.Event]] = Future()
+
+        async def hold() -> None:
+            stop = asyncio.Event()
+            try:
+                async with Client(self.target) as client:
+                    opened.set_result((client, stop))
+                    await stop.wait()
+            except BaseException as exc:
+                if not opened.done():
+                    opened.set_exception(exc)
+                    return
+                raise
+
+        self._held = asyncio.run_coroutine_threadsafe(hold(), self._loop)
+        try:
+            client, self._stop = opened.result(self.timeout_secs)
+        except FutureTimeout:
+            self._held.cancel()
+            raise ToolFailed(
+                f"the upstream MCP server {self.name!r} did not answer within "
+                f"{self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
+            ) from None
+        except Exception as exc:
+            cause = _innermost(exc)
+            raise ToolFailed(
+                f"the upstream MCP server {self.name!r} cannot be reached "
+                f"({type(cause).__name__}: {cause})"
+            ) from None
+        self._client = client
+        return client
+
+    def _drop(self) -> None:
+        """Forget the connection (and close it); the next call connects again."""
+        stop, self._client, self._stop = self._stop, None, None
+        if stop is not None:
+            self._loop.call_soon_threadsafe(stop.set)
+
+    def run(self, work: Callable[[Client], Awaitable[T]]) -> T:
+        with self._lock:
+            gone = self._held is not None and self._held.done()
+            if self._client is None or gone:
+                self._drop()
+                client = self._connect()
+            else:
+                client = self._client
+
+        async def call() -> T:
+            return await work(client)
+
+        done = asyncio.run_coroutine_threadsafe(call(), self._loop)
+        try:
+            return done.result(self.timeout_secs)
+        except FutureTimeout:
+            done.cancel()
+            raise ToolFailed(
+                f"the upstream MCP server {self.name!r} did not answer within "
+                f"{self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
+            ) from None
+        except Exception as exc:
+            with self._lock:
+                self._drop()
+            cause = _innermost(exc)
+            raise ToolFailed(
+                f"the upstream MCP server {self.name!r} failed ({type(cause).__name__}: "
+                f"{cause}); the next call connects again"
+            ) from None
+
+    def close(self) -> None:
+        """Close the connection (ending a stdio upstream's process) and the loop's thread."""
+        with self._lock:
+            held, stop = self._held, self._stop
+            self._drop()
+        if held is not None and stop is not None:
+            try:
+                held.result(self.timeout_secs)  # the client's own exit, in its task
+            except Exception:
+                log.warning("the upstream MCP server %r did not close cleanly", self.name)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.timeout_secs)
+
+
+class McpTool:
+    def __init__(self, upstream: McpUpstream, spec: ToolSpec, upstream_name: str) -> None:
+        self._upstream, self.spec, self._name = upstream, spec, upstream_name
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        result = self._upstream.run(lambda client: client.call_tool(self._name, arguments))
+        text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        if result.is_error:
+            raise ToolFailed(f"the upstream tool {self._name!r} failed: {text or 'no message'}")
+        if result.structured_content is not None:
+            structured: JsonValue = result.structured_content
+            return structured
+        return text
+
+
+class McpSource:
+    """The tools one upstream server lists, as it listed them when the source was made."""
+
+    def close(self) -> None:
+        self.upstream.close()
+
+    def __init__(self, name: str, upstream: McpUpstream) -> None:
+        self.name, self.upstream = name, upstream
+        listed = upstream.run(lambda client: client.list_tools())
+        self._tools = [self._tool(tool) for tool in listed.tools]
+
+    def _tool(self, tool: types.Tool) -> McpTool:
+        hints = tool.annotations
+        read = bool(hints and hints.read_only_hint and not hints.destructive_hint)
+        schema: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
+        schema.setdefault("type", "object")
+        try:
+            spec = ToolSpec(
+                source=self.name,
+                name=identifier(tool.name),
+                description=(tool.description or tool.title or tool.name).strip().splitlines()[0],
+                parameters=schema,
+                returns="Any",
+                idempotent=read,
+                default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
+            )
+        except ValueError as exc:
+            raise InvalidToolSource(
+                f"source {self.name!r}: the upstream tool {tool.name!r} cannot be served ({exc})"
+            ) from None
+        return McpTool(self.upstream, spec, tool.name)
+
+    def tools(self) -> Sequence[McpTool]:
+        return self._tools
