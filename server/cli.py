@@ -271,6 +271,7 @@ def run_server(
 
     from lockgate.machine.db.migrate import DatabaseNotMigrated
     from lockgate.machine.settings import Settings
+    from lockgate.machine.tools.errors import InvalidToolSource
     from lockgate.server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
     from lockgate.server.operations import configure_logging
 
@@ -313,7 +314,12 @@ def run_server(
         runtime = Runtime.create(
             settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
         )
-    application = create_app(settings, runtime, signing)
+    try:
+        application = create_app(settings, runtime, signing)
+    except InvalidToolSource as exc:
+        # A source the operator configured cannot be served: say which and why, not a trace.
+        hint = f" {exc.hint}" if exc.hint else ""
+        raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
     url = f"{settings.base_url}/mcp"
     typer.echo(f"Lockgate MCP server: {url}")
     if created is not None:

@@ -104,3 +104,17 @@ def test_a_thousand_operations_are_searched_not_listed(
 
     for mode in MODES:
         run(scenario(mode))
+
+
+def test_a_server_whose_sources_cannot_be_served_says_why_and_exits(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    sources = tmp_path / "sources.toml"
+    sources.write_text('[[openapi]]\nname = "widgets"\ndocument = """{"swagger": "2.0"}"""\n')
+    server = deployment.spawn(name="unservable", LOCKGATE_SOURCES_FILE=str(sources))
+    assert server.wait_exit(timeout=60) == 2, server.output()
+    assert server.stderr().strip() == (
+        "cannot start: source 'widgets': not an OpenAPI 3.0 or 3.1 document (openapi: ''). "
+        "Give the document's JSON or YAML (Swagger 2.0 must be converted first)."
+    )
+    assert "Lockgate MCP server:" not in server.stdout()
