@@ -278,3 +278,30 @@ def test_an_auth_it_cannot_use_is_refused_naming_the_forms(
 ) -> None:
     with pytest.raises(InvalidToolSource, match="auth must be one of"):
         load_sources(sources_file(tmp_path, api, auth=auth), HttpLimits())
+
+
+@pytest.mark.parametrize(
+    ("operation", "problem"),
+    [
+        (
+            {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/x/Nope"}}}}},
+            "source 'broken': POST /a cannot be served (PointerToNowhere: '/x/Nope' does not exist",
+        ),
+        (
+            {"parameters": [{"name": "q", "in": "query", "schema": {"type": "strnig"}}]},
+            "source 'broken': POST /a cannot be served (parameters at properties/q/type is not a "
+            "valid JSON Schema: 'strnig' is not a JSON type",
+        ),
+    ],
+)
+def test_an_operation_that_cannot_be_served_is_named(
+    operation: dict[str, Any], problem: str
+) -> None:
+    document = {
+        "openapi": "3.1.0",
+        "servers": [{"url": "http://x"}],
+        "paths": {"/a": {"post": operation}},
+    }
+    with pytest.raises(InvalidToolSource) as caught:
+        OpenApiSource("broken", document)
+    assert caught.value.message.startswith(problem), caught.value.message

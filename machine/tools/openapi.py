@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from referencing import Registry
+from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
@@ -105,6 +106,12 @@ class OpenApiOperation:
         return self._source.send(
             self.method.upper(), path, query=query, headers=headers, body=body, sent=sent
         )
+
+
+def _first_problem(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):  # the ToolSpec refused the operation's schema
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
 def _segment(text: str) -> str:
@@ -221,7 +228,14 @@ class OpenApiSource:
             for method in METHODS:
                 operation = item.get(method)
                 if isinstance(operation, Mapping):
-                    made.append(self._operation(str(path), method, operation, shared, taken))
+                    try:
+                        made.append(self._operation(str(path), method, operation, shared, taken))
+                    except (Unresolvable, ValueError) as exc:  # a bad $ref, an invalid schema
+                        raise InvalidToolSource(
+                            f"source {self.name!r}: {method.upper()} {path} cannot be served "
+                            f"({_first_problem(exc)})",
+                            hint="Fix the operation in the document, or remove it.",
+                        ) from None
         return made
 
     def _operation(
