@@ -17,7 +17,7 @@ from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
-from tests.support.engine_records import MakeRuntime
+from tests.support.engine_records import MakeRuntime, caught
 from tests.support.http_api import SHOP_SDL, ItemsApi, RunningApi, serve
 
 
@@ -38,11 +38,6 @@ def sources_file(tmp_path: Path, api: RunningApi, *, sdl: bool = False) -> Path:
 
 def runtime(make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi) -> Runtime:
     return make_runtime(sources_file=sources_file(tmp_path, api))
-
-
-def caught(call: str) -> str:
-    handler = "except Exception as e:\n    got = type(e).__name__ + ': ' + str(e)"
-    return f"try:\n    {call}\n{handler}\ngot"
 
 
 @pytest.mark.parametrize("sdl", [False, True], ids=["introspection", "sdl-file"])

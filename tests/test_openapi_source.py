@@ -24,7 +24,7 @@ from lockgate.machine.tools.openapi import OpenApiSource, to_json_schema
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
 from tests.support.canary import CANARY
-from tests.support.engine_records import MakeRuntime, restart
+from tests.support.engine_records import MakeRuntime, caught, restart
 from tests.support.http_api import ItemsApi, RunningApi, serve
 
 
@@ -47,13 +47,6 @@ def runtime_on(
     make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, **settings: Any
 ) -> Runtime:
     return make_runtime(sources_file=sources_file(tmp_path, api), **settings)
-
-
-def caught(call: str) -> str:
-    """Code that makes `call` and answers with what it raised, as `<type>: <message>`."""
-    return (
-        f"try:\n    {call}\nexcept Exception as e:\n    got = type(e).__name__ + ': ' + str(e)\ngot"
-    )
 
 
 def test_each_operation_is_a_tool_reads_approved_writes_gated(api: RunningApi) -> None:

@@ -103,9 +103,11 @@ class OpenApiOperation:
             auth.apply(context.secrets[auth.secret], headers, query)
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
-        return self._source.send(
-            self.method.upper(), path, query=query, headers=headers, body=body, sent=sent
-        )
+        method = self.method.upper()
+        return send(
+            method, self._source.base_url.rstrip("/") + path, f"{method} {path}",
+            self._source.limits, query=query, headers=headers, body=body, sent=sent,
+        )  # fmt: skip
 
 
 def _first_problem(exc: Exception) -> str:
@@ -301,19 +303,3 @@ class OpenApiSource:
             secrets=(self.auth.secret,) if self.auth is not None else (),
         )
         return OpenApiOperation(self, spec, method, path, parameters, body_argument)
-
-    def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any],
-        headers: Mapping[str, str],
-        body: JsonValue,
-        sent: bool,
-    ) -> JsonValue:
-        url = self.base_url.rstrip("/") + path
-        return send(
-            method, url, f"{method} {path}", self.limits,
-            query=query, headers=headers, body=body, sent=sent,
-        )  # fmt: skip

@@ -49,3 +49,10 @@ def restart(make_runtime: MakeRuntime, **settings: Any) -> Runtime:
     rt = make_runtime(**settings)
     rt.start(background=False)
     return rt
+
+
+def caught(call: str) -> str:
+    """Agent code that makes `call` and answers with what it raised, as `<type>: <message>`
+    (or with the call's own result)."""
+    handler = "except Exception as e:\n    got = type(e).__name__ + ': ' + str(e)"
+    return f"try:\n    got = {call}\n{handler}\ngot"
