@@ -281,6 +281,10 @@ def test_an_auth_it_cannot_use_is_refused_naming_the_forms(
             "source 'broken': POST /a cannot be served (PointerToNowhere: '/x/Nope' does not exist",
         ),
         (
+            {"requestBody": {"$ref": "#/components/requestBodies/A"}},
+            "source 'broken': POST /a cannot be served (ValueError: more than 32 $refs in a row",
+        ),
+        (
             {"parameters": [{"name": "q", "in": "query", "schema": {"type": "strnig"}}]},
             "source 'broken': POST /a cannot be served (parameters at properties/q/type is not a "
             "valid JSON Schema: 'strnig' is not a JSON type",
@@ -290,10 +294,13 @@ def test_an_auth_it_cannot_use_is_refused_naming_the_forms(
 def test_an_operation_that_cannot_be_served_is_named(
     operation: dict[str, Any], problem: str
 ) -> None:
+    bodies = "#/components/requestBodies/"
+    cycle = {"A": {"$ref": f"{bodies}B"}, "B": {"$ref": f"{bodies}A"}}  # refers to itself
     document = {
         "openapi": "3.1.0",
         "servers": [{"url": "http://x"}],
         "paths": {"/a": {"post": operation}},
+        "components": {"requestBodies": cycle},
     }
     with pytest.raises(InvalidToolSource) as caught:
         OpenApiSource("broken", document)

@@ -33,6 +33,8 @@ from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READS = frozenset({"get", "head", "options"})
+#: `$ref`s followed in a row before a chain is taken for a cycle.
+MAX_REF_HOPS = 32
 
 
 def to_json_schema(schema: Any) -> Any:
@@ -175,7 +177,8 @@ class OpenApiSource:
     @staticmethod
     def _server_url(document: Mapping[str, Any], document_url: str | None) -> str | None:
         servers = document.get("servers")
-        url = servers[0].get("url") if isinstance(servers, list) and servers else None
+        first = servers[0] if isinstance(servers, list) and servers else None
+        url = first.get("url") if isinstance(first, Mapping) else None
         if not isinstance(url, str):
             return None
         # A relative server URL is relative to where the document was read from.
@@ -183,9 +186,11 @@ class OpenApiSource:
 
     def _resolve(self, item: Any) -> Any:
         """A `$ref` to the document's components, followed (a parameter, a request body)."""
-        while isinstance(item, Mapping) and isinstance(item.get("$ref"), str):
+        for _ in range(MAX_REF_HOPS):
+            if not (isinstance(item, Mapping) and isinstance(item.get("$ref"), str)):
+                return item
             item = self._resolver.lookup(item["$ref"]).contents
-        return item
+        raise ValueError(f"more than {MAX_REF_HOPS} $refs in a row (a cycle?)")
 
     def _schema(self, schema: Any) -> dict[str, Any]:
         converted = to_json_schema(schema) if self._legacy else schema
