@@ -27,11 +27,9 @@ from lockgate.machine.sandbox import Sandbox, SandboxLimits
 from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
 from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
-from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.tools.plugins import installed_sources
 from lockgate.machine.tools.registry import ToolRegistry, ToolSource
-from lockgate.machine.tools.source_file import load_sources
 from lockgate.machine.write_path import WritePath
 from lockgate.spec.session_lease import LeasePolicy
 
@@ -83,6 +81,11 @@ class Runtime:
         if sources is None:  # installed plugins' sources, as every server has them
             chosen += installed_sources()
         if settings.sources_file is not None:  # the operator's, next to those given
+            # Imported here: the source kinds (GraphQL, OpenAPI, MCP) cost a boot without
+            # a sources file nothing.
+            from lockgate.machine.tools.http_calls import HttpLimits
+            from lockgate.machine.tools.source_file import load_sources
+
             chosen += load_sources(
                 settings.sources_file,
                 HttpLimits(
