@@ -305,3 +305,23 @@ def test_an_operation_that_cannot_be_served_is_named(
     with pytest.raises(InvalidToolSource) as caught:
         OpenApiSource("broken", document)
     assert caught.value.message.startswith(problem), caught.value.message
+
+
+def test_a_document_is_read_from_a_url_and_a_missing_one_is_named(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    path = tmp_path / "sources.toml"
+    path.write_text(
+        f'[[openapi]]\nname = "items"\ndocument = "{api.url}/openapi.json"\n'
+        f'base_url = "{api.url}"\n'
+    )
+    rt = make_runtime(sources_file=path)
+    done = rt.engine.execute("alice", caught("tools.items.get_item(item_id=7)"))
+    assert isinstance(done.result, str) and "answered HTTP 404" in done.result
+    path.write_text(f'[[openapi]]\nname = "items"\ndocument = "{api.url}/nowhere.json"\n')
+    with pytest.raises(InvalidToolSource) as refused:
+        load_sources(path, HttpLimits())
+    assert refused.value.message == (
+        f"source 'items': fetching its document at {api.url}/nowhere.json answered HTTP 404: "
+        '{"detail":"Not Found"}'
+    )

@@ -29,6 +29,9 @@ class HttpLimits:
     timeout_secs: float = 30.0
     max_response_bytes: int = 1024 * 1024
     max_redirects: int = 5
+    #: What a failure over `max_response_bytes` names, and what it advises.
+    size_setting: str = "LOCKGATE_HTTP_MAX_RESPONSE_BYTES"
+    too_large: str = "ask for less (a filter, a page)."
 
 
 @dataclass(frozen=True)
@@ -52,19 +55,30 @@ class Auth:
             query[self.field] = value
 
 
-def send(
+@dataclass(frozen=True)
+class Fetched:
+    """A successful answer: its text, its media type, and the URL it came from (after any
+    redirect)."""
+
+    text: str
+    content_type: str
+    url: str
+
+
+def fetch(
     method: str,
     url: str,
     what: str,
     limits: HttpLimits,
     *,
-    query: Mapping[str, Any],
-    headers: Mapping[str, str],
-    body: JsonValue,
-    sent: bool,
-) -> JsonValue:
-    """One HTTP call, within `limits`; the answer as JSON (or text). `what` names the call
-    in a failure (`GET /items/7`)."""
+    query: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+    body: JsonValue = None,
+    sent: bool = False,
+) -> Fetched:
+    """One HTTP exchange within `limits`; `ToolFailed` (naming the call by `what`, e.g.
+    `GET /items/7`) for an error status, a timeout, too many redirects, an answer over the
+    size limit or a transport failure."""
     limit = limits.max_response_bytes
     try:
         # A client per call: nothing (no connection pool) outlives the call, whichever
@@ -76,7 +90,7 @@ def send(
                 max_redirects=limits.max_redirects,
             ) as client,
             client.stream(
-                method, url, params=dict(query), headers=dict(headers),
+                method, url, params=dict(query or {}), headers=dict(headers or {}),
                 json=body if sent else None,
             ) as response,
         ):  # fmt: skip
@@ -86,7 +100,7 @@ def send(
                 if len(data) > limit:
                     raise ToolFailed(
                         f"{what}: the response is larger than {limit} bytes "
-                        "(LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask for less (a filter, a page)."
+                        f"({limits.size_setting}); {limits.too_large}"
                     )
     except httpx2.TimeoutException:
         raise ToolFailed(
@@ -102,12 +116,28 @@ def send(
     if response.status_code >= 400:
         excerpt = text[:BODY_EXCERPT_CHARS] + ("…" if len(text) > BODY_EXCERPT_CHARS else "")
         raise ToolFailed(f"{what} answered HTTP {response.status_code}: {excerpt}")
-    if not text:
+    return Fetched(text, response.headers.get("content-type", ""), str(response.url))
+
+
+def send(
+    method: str,
+    url: str,
+    what: str,
+    limits: HttpLimits,
+    *,
+    query: Mapping[str, Any],
+    headers: Mapping[str, str],
+    body: JsonValue,
+    sent: bool,
+) -> JsonValue:
+    """One tool call over HTTP (`fetch`); the answer as JSON (or text)."""
+    answer = fetch(method, url, what, limits, query=query, headers=headers, body=body, sent=sent)
+    if not answer.text:
         return None
-    if "json" in response.headers.get("content-type", ""):
+    if "json" in answer.content_type:
         try:
-            parsed: JsonValue = json.loads(text)
+            parsed: JsonValue = json.loads(answer.text)
         except ValueError:
-            return text
+            return answer.text
         return parsed
-    return text
+    return answer.text

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import yaml
 from mcp.client.stdio import StdioServerParameters
 
@@ -47,11 +47,14 @@ from lockgate.machine.tools.graphql_source import (
     schema_by_introspection,
     schema_from_sdl,
 )
-from lockgate.machine.tools.http_calls import Auth, HttpLimits
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, fetch
 from lockgate.machine.tools.mcp_source import McpSource, McpUpstream
 from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.spec import ToolSource, is_identifier
+
+#: The largest document (OpenAPI, SDL) a source may be fetched from a URL.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 
 def load_sources(
@@ -233,23 +236,18 @@ def _document_text(
 ) -> tuple[str, str | None]:
     """The document's text, and the URL it came from (None for a file or inline text)."""
     if where.startswith(("http://", "https://")):
+        # Documents are larger than tool answers (GitHub's is about 10 MB): a bound of their own.
+        bound = replace(
+            limits,
+            max_response_bytes=MAX_DOCUMENT_BYTES,
+            size_setting="the bound on a source's document",
+            too_large="keep a smaller document in a file and give its path.",
+        )
         try:
-            with httpx2.Client(
-                timeout=limits.timeout_secs,
-                follow_redirects=True,
-                max_redirects=limits.max_redirects,
-            ) as client:
-                response = client.get(where)
-        except httpx2.HTTPError as exc:
-            raise InvalidToolSource(
-                f"source {name!r}: its document at {where} cannot be fetched ({type(exc).__name__})"
-            ) from None
-        if response.status_code >= 400:
-            raise InvalidToolSource(
-                f"source {name!r}: fetching its document at {where} answered HTTP "
-                f"{response.status_code}"
-            )
-        return response.text, str(response.url)
+            fetched = fetch("GET", where, f"fetching its document at {where}", bound)
+        except ToolFailed as exc:
+            raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
+        return fetched.text, fetched.url
     if "\n" in where or where.lstrip().startswith("{"):
         return where, None  # the document itself
     file = directory / where
