@@ -42,7 +42,7 @@ def check_arguments(
                 f"got {len(args)} positional argument(s); call tools with keyword "
                 f"arguments: {spec.usage()}"
             ],
-            usage=_usage_hint(spec),
+            usage=usage_hint(spec),
         )
     problems: list[str] = []
     plain = _as_json(kwargs, "", problems)
@@ -51,11 +51,12 @@ def check_arguments(
         # One line per problem, in a stable order (the library yields them as it walks).
         problems = list(dict.fromkeys(_describe(e) for e in sorted(errors, key=_order)))
     if problems or not isinstance(plain, dict):
-        raise InvalidArguments(tool=spec.full_name, problems=problems, usage=_usage_hint(spec))
+        raise InvalidArguments(tool=spec.full_name, problems=problems, usage=usage_hint(spec))
     return plain
 
 
-def _usage_hint(spec: ToolSpec) -> str:
+def usage_hint(spec: ToolSpec) -> str:
+    """The hint every argument refusal ends with."""
     return f"Call it as {spec.bare_signature()}, with keyword arguments."
 
 

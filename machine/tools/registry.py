@@ -24,7 +24,7 @@ import difflib
 
 from pydantic import JsonValue
 
-from lockgate.machine.tools.arguments import check_arguments
+from lockgate.machine.tools.arguments import check_arguments, usage_hint
 
 # Code imports these from here: the `X as X` form re-exports them (mypy --strict).
 from lockgate.machine.tools.errors import InvalidArguments as InvalidArguments
@@ -147,6 +147,6 @@ class ToolRegistry:
             raise InvalidArguments(
                 tool=tool.spec.full_name,
                 problems=found,
-                usage=f"Call it as {tool.spec.bare_signature()}, with keyword arguments.",
+                usage=usage_hint(tool.spec),
             )
         return checked
