@@ -325,3 +325,19 @@ def test_a_document_is_read_from_a_url_and_a_missing_one_is_named(
         f"source 'items': fetching its document at {api.url}/nowhere.json answered HTTP 404: "
         '{"detail":"Not Found"}'
     )
+
+
+def test_parameters_the_document_does_not_complete_are_left_out_not_a_crash() -> None:
+    document = {
+        "openapi": "3.1.0",
+        "servers": [{"url": "http://x"}],
+        "paths": {
+            "/a": {
+                "parameters": {"not": "a list"},
+                "get": {"parameters": [{"in": "query"}, {"name": "q", "in": "query"}]},
+                "post": {"parameters": None},
+            }
+        },
+    }
+    signatures = [tool.spec.bare_signature() for tool in OpenApiSource("s", document).tools()]
+    assert signatures == ["tools.s.get__a(q: Any = ...) -> Any", "tools.s.post__a() -> Any"]

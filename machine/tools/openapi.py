@@ -259,10 +259,15 @@ class OpenApiSource:
         taken.add(name)
         # Operation-level parameters replace path-level ones of the same name and place.
         by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for raw in [*shared, *operation.get("parameters", [])]:
+        own = operation.get("parameters") or []
+        for raw in [*(shared if isinstance(shared, list) else []), *own]:
             p = self._resolve(raw)
-            if isinstance(p, Mapping) and p.get("in") in ("path", "query", "header"):
-                by_key[(str(p["in"]), str(p["name"]))] = p
+            if (
+                isinstance(p, Mapping)
+                and p.get("in") in ("path", "query", "header")
+                and isinstance(p.get("name"), str)
+            ):
+                by_key[(str(p["in"]), p["name"])] = p
         properties: dict[str, Any] = {}
         required: list[JsonValue] = []
         parameters: list[Parameter] = []
