@@ -82,10 +82,7 @@ class McpUpstream:
             client, self._stop = opened.result(self.timeout_secs)
         except FutureTimeout:
             self._held.cancel()
-            raise ToolFailed(
-                f"the upstream MCP server {self.name!r} did not answer within "
-                f"{self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
-            ) from None
+            raise self._late() from None
         except Exception as exc:
             cause = _innermost(exc)
             raise ToolFailed(
@@ -94,6 +91,12 @@ class McpUpstream:
             ) from None
         self._client = client
         return client
+
+    def _late(self) -> ToolFailed:
+        return ToolFailed(
+            f"the upstream MCP server {self.name!r} did not answer within "
+            f"{self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
+        )
 
     def _drop(self) -> None:
         """Forget the connection (and close it); the next call connects again."""
@@ -118,10 +121,7 @@ class McpUpstream:
             return done.result(self.timeout_secs)
         except FutureTimeout:
             done.cancel()
-            raise ToolFailed(
-                f"the upstream MCP server {self.name!r} did not answer within "
-                f"{self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
-            ) from None
+            raise self._late() from None
         except Exception as exc:
             with self._lock:
                 self._drop()
