@@ -109,19 +109,19 @@ def execute_description(registry: ToolRegistry, policy: Policy) -> str:
         "the executionId (and action accept/decline/cancel when the user decided in chat). "
         "A declined or blocked call raises PermissionError inside the code.",
     ]
-    found = listing(registry, policy)
-    if len(found) <= LISTED_TOOLS:
+    namespace = registry.namespace()
+    count = sum(len(names) for names in namespace.values())
+    if count <= LISTED_TOOLS:
         lines[0] += " Available tools, with what this server's policy does with their calls:"
+        found = listing(registry, policy)  # the policy's decision for each, only when listed
         lines += [f"- {listed_signature(spec, decision)}" for spec, decision in found]
         return "\n".join(lines)
     lines[0] += (
-        f" There are {len(found)} tools, too many to list here: call `describe_tools` with a "
+        f" There are {count} tools, too many to list here: call `describe_tools` with a "
         "query (words of a tool's name or description, e.g. 'create invoice') for their "
         "signatures and what this server's policy does with their calls. The sources:"
     )
-    lines += [
-        f"- tools.{source}: {len(names)} tools" for source, names in registry.namespace().items()
-    ]
+    lines += [f"- tools.{source}: {len(names)} tools" for source, names in namespace.items()]
     return "\n".join(lines)
 
 
