@@ -275,10 +275,14 @@ def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
 
 
 def test_the_points_left_to_the_in_process_sweep_are_real_crash_points() -> None:
-    """`TIMED` names points by text: a renamed transition would silently stop matching."""
-    from lockgate.simulation.real_process_plan import TIMED
+    """`TIMED` and `TIMED_IN_SCENARIO` name points (and scenarios) by text: a renamed
+    transition or scenario would silently stop matching."""
+    from lockgate.simulation.real_process_plan import TIMED, TIMED_IN_SCENARIO
     from lockgate.spec import MACHINES
     from lockgate.spec.crash_points import crash_points
 
     every = {p for spec in MACHINES.values() for p in crash_points(spec)}
     assert TIMED and every >= TIMED
+    for name, points in TIMED_IN_SCENARIO.items():
+        assert by_name(name).name == name
+        assert points and every >= points
