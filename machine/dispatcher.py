@@ -25,7 +25,8 @@ from pydantic import JsonValue
 from lockgate.machine.db.schema import Execution, ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
-from lockgate.machine.policy import Policy, PolicyDecision
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.policy_book import PolicyBook
 from lockgate.machine.records import RowRecord
 from lockgate.machine.sandbox import (
     MONTY_VERSION,
@@ -148,7 +149,7 @@ class Dispatcher:
         write: WritePath,
         sandbox: Sandbox,
         registry: ToolRegistry,
-        policy: Policy,
+        policy: PolicyBook,
         secrets: SecretStore,
         settings: Settings,
         clock: Callable[[], datetime],
@@ -211,7 +212,7 @@ class Dispatcher:
             updated_at=now,
         )
         call = record_of(row)
-        decision = self.policy.decide(tool.spec)
+        decision = self.policy.decide(tool.spec, principal_of(ex))
         if decision is PolicyDecision.APPROVE:
             # Made at once if the spec lets it be made again (idempotent, retries allowed):
             # no commit of its own. Otherwise it is journaled before it runs, below.
@@ -266,7 +267,7 @@ class Dispatcher:
             status = call.status
             if status == C.REQUESTED:
                 tool = self.registry.get(tool_name)
-                decision = self.policy.decide(tool.spec)
+                decision = self.policy.decide(tool.spec, principal_of(ex))
                 if decision is PolicyDecision.BLOCK:
                     self.write.apply(Step(call, "block"), fence=ex, carried=carried)
                 elif decision is PolicyDecision.APPROVE:

@@ -38,6 +38,7 @@ from lockgate.machine.execution_errors import (
 )
 from lockgate.machine.execution_reads import ExecutionReads
 from lockgate.machine.policy import Policy
+from lockgate.machine.policy_book import PolicyBook, as_book
 from lockgate.machine.sandbox import (
     MONTY_VERSION,
     RuntimeMismatch,
@@ -63,7 +64,7 @@ class Engine:
         write: WritePath,
         sandbox: Sandbox,
         registry: ToolRegistry,
-        policy: Policy,
+        policy: Policy | PolicyBook,
         secrets: SecretStore,
         settings: Settings,
         owner: str,
@@ -73,7 +74,8 @@ class Engine:
         self.store = store
         #: The one write path, shared with the instance lease, sessions and recovery.
         self.write = write
-        self.policy = policy
+        #: Every principal's effective policy (a plain `Policy` is the same for all).
+        self.policy = as_book(policy)
         self.settings = settings
         #: The instance id written as the owner of the executions this engine runs.
         self.owner = owner
@@ -86,7 +88,7 @@ class Engine:
             write=write,
             sandbox=sandbox,
             registry=registry,
-            policy=policy,
+            policy=self.policy,
             secrets=secrets,
             settings=settings,
             # Read through the facade, so a clock swapped on the engine (tests, the

@@ -4,6 +4,12 @@ A policy is a list of rules keyed by a pattern over tool full names (`source.nam
 rules that match a tool the most restrictive wins, so adding a rule can only tighten what an
 operator already wrote for a narrower pattern, never silently loosen it. A tool no rule
 matches keeps its own `default_policy`.
+
+A rule may carry a condition on what the call does: an HTTP method (`DELETE`) or a GraphQL
+operation type (`mutation`), matched against the tool's `operation`, so `github.*[DELETE]`
+blocks every delete of a source without naming its tools. Rules come from the operator's
+`LOCKGATE_POLICY` and from the database (global ones and each principal's: `PolicyBook`);
+all that match one principal's call are weighed together.
 """
 
 from __future__ import annotations
@@ -38,6 +44,14 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _PATTERN_RE = re.compile(rf"\*|{_IDENT}\.\*|{_IDENT}\.{_IDENT}")
 PATTERN_FORMS = "'*', 'source.*' or 'source.name' (without the 'tools.' prefix)"
 
+#: What a rule's condition may name: a tool's `operation` (see `ToolSpec.operation`).
+HTTP_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
+GRAPHQL_OPERATIONS = ("query", "mutation", "subscription")
+CONDITION_FORMS = (
+    f"an HTTP method ({', '.join(HTTP_METHODS)}) or a GraphQL operation type "
+    f"({', '.join(GRAPHQL_OPERATIONS)})"
+)
+
 
 #: How a tool listing says what the policy does with a call, in words an agent reads.
 DECISION_WORDS = {
@@ -61,8 +75,9 @@ class InvalidPolicy(LockgateError):
         super().__init__(
             message,
             hint=f"Write rules as pattern=decision separated by commas, with patterns "
-            f"{PATTERN_FORMS} and decisions {_decision_names()}; for example "
-            "'notes.*=approve,notes.delete=block'.",
+            f"{PATTERN_FORMS}, an optional [condition] after the pattern naming "
+            f"{CONDITION_FORMS}, and decisions {_decision_names()}; for example "
+            "'notes.*=approve,notes.delete=block,github.*[DELETE]=block'.",
         )
 
 
@@ -83,6 +98,14 @@ def _decision_names() -> str:
     return ", ".join(d.value for d in PolicyDecision)
 
 
+def _split_condition(target: str) -> tuple[str, str | None]:
+    """`github.*[DELETE]` -> ('github.*', 'DELETE'); no brackets -> (target, None)."""
+    if target.endswith("]") and "[" in target:
+        pattern, _, condition = target[:-1].partition("[")
+        return pattern.strip(), condition.strip()
+    return target, None
+
+
 def _pattern_problem(pattern: str) -> str | None:
     if _PATTERN_RE.fullmatch(pattern):
         return None
@@ -91,11 +114,28 @@ def _pattern_problem(pattern: str) -> str | None:
     return f"pattern {pattern!r} is not one of {PATTERN_FORMS}"
 
 
+def normal_condition(condition: str) -> str:
+    """The condition as rules store it (methods upper case, operation types lower case), or
+    ValueError saying what a condition may be."""
+    if condition.upper() in HTTP_METHODS:
+        return condition.upper()
+    if condition.lower() in GRAPHQL_OPERATIONS:
+        return condition.lower()
+    raise ValueError(f"condition {condition!r} is not {CONDITION_FORMS}")
+
+
 class PolicyRule(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pattern: str
     decision: PolicyDecision
+    #: Only calls whose tool makes this operation (HTTP method or GraphQL operation type).
+    condition: str | None = None
+
+    @field_validator("condition")
+    @classmethod
+    def _check_condition(cls, condition: str | None) -> str | None:
+        return None if condition is None else normal_condition(condition)
 
     @field_validator("pattern")
     @classmethod
@@ -105,15 +145,22 @@ class PolicyRule(BaseModel):
             raise ValueError(problem)
         return pattern
 
-    def matches(self, full_name: str) -> bool:
+    def matches(self, spec: ToolSpec) -> bool:
+        if self.condition is not None and spec.operation != self.condition:
+            return False
         if self.pattern == "*":
             return True
         if self.pattern.endswith(".*"):
-            return full_name.startswith(self.pattern[:-1])
-        return full_name == self.pattern
+            return spec.full_name.startswith(self.pattern[:-1])
+        return spec.full_name == self.pattern
+
+    @property
+    def target(self) -> str:
+        """The pattern with its condition: `github.*[DELETE]`."""
+        return self.pattern + (f"[{self.condition}]" if self.condition else "")
 
     def __str__(self) -> str:
-        return f"{self.pattern}={self.decision.value}"
+        return f"{self.target}={self.decision.value}"
 
 
 class Policy:
@@ -135,11 +182,16 @@ class Policy:
             entry = raw.strip()
             if not entry:
                 continue
-            pattern, sep, decision = (part.strip() for part in entry.partition("="))
+            target, sep, decision = (part.strip() for part in entry.partition("="))
             if not sep:
                 raise InvalidPolicy(
                     f"policy entry {entry!r} has no '=' (expected pattern=decision)"
                 )
+            pattern, condition = _split_condition(target)
+            try:
+                condition = None if condition is None else normal_condition(condition)
+            except ValueError as exc:
+                raise InvalidPolicy(f"policy entry {entry!r}: {exc}") from None
             problem = _pattern_problem(pattern)
             if problem:
                 raise InvalidPolicy(f"policy entry {entry!r}: {problem}")
@@ -150,24 +202,30 @@ class Policy:
                     f"policy entry {entry!r}: unknown decision {decision!r} "
                     f"(expected one of {_decision_names()})"
                 ) from None
-            if pattern in seen:
+            rule = PolicyRule(pattern=pattern, decision=parsed, condition=condition)
+            if rule.target in seen:
                 raise InvalidPolicy(
-                    f"policy entry {entry!r}: pattern {pattern!r} is already given as "
-                    f"{seen[pattern]!r}"
+                    f"policy entry {entry!r}: pattern {rule.target!r} is already given as "
+                    f"{seen[rule.target]!r}"
                 )
-            seen[pattern] = entry
-            rules.append(PolicyRule(pattern=pattern, decision=parsed))
+            seen[rule.target] = entry
+            rules.append(rule)
         return cls(rules)
 
     def to_text(self) -> str:
         return ",".join(str(rule) for rule in self.rules)
 
-    def matching(self, full_name: str) -> list[PolicyRule]:
-        return [rule for rule in self.rules if rule.matches(full_name)]
+    def matching(self, spec: ToolSpec) -> list[PolicyRule]:
+        return [rule for rule in self.rules if rule.matches(spec)]
 
-    def decide(self, spec: ToolSpec) -> PolicyDecision:
-        decision = most_restrictive(rule.decision for rule in self.matching(spec.full_name))
+    def decide(self, spec: ToolSpec, principal: str | None = None) -> PolicyDecision:
+        """The decision for a call of `spec` (the same for every principal: these rules are
+        the operator's; `PolicyBook` adds each principal's)."""
+        decision = most_restrictive(rule.decision for rule in self.matching(spec))
         return spec.default_policy if decision is None else decision
+
+    def __add__(self, other: Policy) -> Policy:
+        return Policy(self.rules + other.rules)
 
     def __repr__(self) -> str:
         return f"Policy({self.to_text()!r})"

@@ -22,6 +22,7 @@ from lockgate.machine.faults import Faults, for_server
 from lockgate.machine.instances import InstanceLease
 from lockgate.machine.ledger import Ledger
 from lockgate.machine.policy import Policy
+from lockgate.machine.policy_book import PolicyBook
 from lockgate.machine.recovery import Recovery, RecoveryReport
 from lockgate.machine.sandbox import Sandbox, SandboxLimits
 from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
@@ -38,6 +39,36 @@ log = logging.getLogger("lockgate.runtime")
 
 def default_instance_name(settings: Settings) -> str:
     return settings.instance_name or f"{socket.gethostname()}:{settings.database_url}"[:200]
+
+
+def configured_sources(
+    settings: Settings,
+    sources: list[ToolSource] | None = None,
+    secrets: SecretStore | None = None,
+) -> list[ToolSource]:
+    """The sources a server with `settings` serves: `sources` (default: the built-in notes
+    and every installed plugin's), then those of the operator's sources file."""
+    chosen: list[ToolSource] = (
+        list(sources) if sources is not None else [NotesSource(settings.notes_dir)]
+    )
+    if sources is None:  # installed plugins' sources, as every server has them
+        chosen += installed_sources()
+    if settings.sources_file is not None:  # the operator's, next to those given
+        # Imported here: the source kinds (GraphQL, OpenAPI, MCP) cost a boot without
+        # a sources file nothing.
+        from lockgate.machine.tools.http_calls import HttpLimits
+        from lockgate.machine.tools.source_file import load_sources
+
+        chosen += load_sources(
+            settings.sources_file,
+            HttpLimits(
+                timeout_secs=settings.http_timeout_secs,
+                max_response_bytes=settings.http_max_response_bytes,
+                max_redirects=settings.http_max_redirects,
+            ),
+            secrets,
+        )
+    return chosen
 
 
 @dataclass
@@ -75,26 +106,7 @@ class Runtime:
         settings = settings or Settings()
         store = SqlStore(prepare_database(settings))
         registry = ToolRegistry()
-        chosen: list[ToolSource] = (
-            sources if sources is not None else [NotesSource(settings.notes_dir)]
-        )
-        if sources is None:  # installed plugins' sources, as every server has them
-            chosen += installed_sources()
-        if settings.sources_file is not None:  # the operator's, next to those given
-            # Imported here: the source kinds (GraphQL, OpenAPI, MCP) cost a boot without
-            # a sources file nothing.
-            from lockgate.machine.tools.http_calls import HttpLimits
-            from lockgate.machine.tools.source_file import load_sources
-
-            chosen += load_sources(
-                settings.sources_file,
-                HttpLimits(
-                    timeout_secs=settings.http_timeout_secs,
-                    max_response_bytes=settings.http_max_response_bytes,
-                    max_redirects=settings.http_max_redirects,
-                ),
-                secrets,
-            )
+        chosen = configured_sources(settings, sources, secrets)
         for source in chosen:
             registry.register(source)
         sandbox = Sandbox(
@@ -129,7 +141,11 @@ class Runtime:
             write=write,
             sandbox=sandbox,
             registry=registry,
-            policy=Policy.from_text(settings.policy),
+            policy=PolicyBook(
+                Policy.from_text(settings.policy),
+                store.policies.applying_to,
+                settings.policy_refresh_secs,
+            ),
             secrets=secrets or EnvironmentSecrets(),
             settings=settings,
             owner=lease.id,

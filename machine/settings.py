@@ -107,7 +107,14 @@ class Settings(BaseSettings):
     policy: str = Field(
         default="",
         description="Approval rules, most restrictive wins: e.g. "
-        "'notes.*=approve,notes.delete=block'. Tools keep their default when no rule matches.",
+        "'notes.*=approve,notes.delete=block,github.*[DELETE]=block'. Tools keep their "
+        "default when no rule matches. Rules stored with `lockgate policy add` count too.",
+    )
+    policy_refresh_secs: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long an instance uses the stored policy rules it read before reading "
+        "them again: a rule added on any instance applies everywhere within this time.",
     )
     host: str = Field(
         default="127.0.0.1",

@@ -235,6 +235,112 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id to revoke
     typer.echo(f"revoked {key.id} ({key.principal_id})")
 
 
+policy_app = typer.Typer(
+    help="Manage stored tool-policy rules (global or per principal; most restrictive wins).",
+    no_args_is_help=True,
+)
+app.add_typer(policy_app, name="policy")
+
+
+def _policy_rules() -> Any:
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.policy import Policy
+    from lockgate.machine.settings import Settings
+    from lockgate.server.policy_rules import PolicyRules
+
+    settings = Settings()
+    return PolicyRules(SqlStore(prepare_database(settings)), Policy.from_text(settings.policy))
+
+
+_PrincipalOption = Annotated[
+    str | None,
+    typer.Option(help="Only this principal's calls (default: every principal's)."),
+]
+
+
+@policy_app.command("add")
+def policy_add(
+    pattern: Annotated[str, typer.Argument(help="'*', 'source.*' or 'source.tool'.")],
+    decision: Annotated[str, typer.Argument(help="approve, require_approval or block.")],
+    when: Annotated[
+        str | None,
+        typer.Option(
+            "--when",
+            help="Only calls making this HTTP method (DELETE) or GraphQL operation "
+            "type (mutation).",
+        ),
+    ] = None,
+    principal: _PrincipalOption = None,
+) -> None:
+    """Store a rule; every instance applies it within LOCKGATE_POLICY_REFRESH_SECS."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        stored = _policy_rules().add(pattern, decision, condition=when, principal=principal)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 2) from None
+    verb = "added" if stored.added else "already stored as"
+    typer.echo(f"{verb} {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
+
+
+def _scope(principal: str | None) -> str:
+    return f"{'(everyone)' if principal is None else principal:<20}"
+
+
+@policy_app.command("list")
+def policy_list(
+    principal: Annotated[
+        str | None,
+        typer.Option(help="Only the rules that apply to this principal (global ones too)."),
+    ] = None,
+    tools: Annotated[
+        bool,
+        typer.Option(
+            "--tools",
+            help="Also list every tool with the decision its calls meet (for --principal, "
+            "or under the configured and global rules).",
+        ),
+    ] = False,
+) -> None:
+    """List stored rules (and LOCKGATE_POLICY's), and with --tools the effective decisions."""
+    rules = _policy_rules()
+    for entry in rules.configured.rules:
+        typer.echo(f"{'(config)':<12}  {_scope(None)}  {entry}")
+    for stored in rules.listed(principal):
+        typer.echo(f"{stored.id:<12}  {_scope(stored.principal_id)}  {stored.rule}")
+    if tools:
+        from lockgate.machine.runtime import configured_sources
+        from lockgate.machine.settings import Settings
+        from lockgate.machine.tools.registry import ToolRegistry
+
+        registry = ToolRegistry()
+        sources = configured_sources(Settings())
+        try:
+            for source in sources:
+                registry.register(source)
+            typer.echo(f"effective for {principal or 'every principal (no own rules)'}:")
+            for name, decision in rules.effective(registry, principal):
+                typer.echo(f"  {name:<40} {decision.value}")
+        finally:
+            for source in sources:
+                close = getattr(source, "close", None)
+                if callable(close):
+                    close()
+
+
+@policy_app.command("remove")
+def policy_remove(rule_id: Annotated[str, typer.Argument(help="The rule's id.")]) -> None:
+    """Remove a stored rule (LOCKGATE_POLICY's are changed in the configuration)."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        stored = _policy_rules().remove(rule_id)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+    typer.echo(f"removed {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
+
+
 def is_loopback(host: str) -> bool:
     import ipaddress
 

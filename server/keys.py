@@ -25,6 +25,15 @@ class KeyNotFound(LockgateError):
     code = ErrorCode.NOT_FOUND
 
 
+def check_principal(principal: str) -> None:
+    """InvalidPrincipal unless `principal` is a name a principal may have."""
+    if not _PRINCIPAL.match(principal):
+        raise InvalidPrincipal(
+            f"{principal!r} is not a valid principal name: use letters, digits and "
+            "_ . @ - (up to 64 characters)."
+        )
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -61,11 +70,7 @@ class ApiKeys:
         self.store = store
 
     def create(self, principal: str) -> IssuedKey:
-        if not _PRINCIPAL.match(principal):
-            raise InvalidPrincipal(
-                f"{principal!r} is not a valid principal name: use letters, digits and "
-                "_ . @ - (up to 64 characters)."
-            )
+        check_principal(principal)
         now = datetime.now(UTC)
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey(

@@ -202,7 +202,12 @@ class LockgateMCP:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(
-            tools=tool_list(self.registry, self.policy, self.max_code_chars)
+            tools=tool_list(
+                self.registry,
+                # Each principal's listing shows the decisions its own calls will meet.
+                await to_thread.run_sync(self.policy.for_principal, current_principal.get()),
+                self.max_code_chars,
+            )
         )
 
     async def _shape(self, outcome: ExecutionView | shapes.Running) -> types.CallToolResult:
@@ -261,7 +266,8 @@ class LockgateMCP:
                 return await self._shape(outcome)
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
-                matched = listing(self.registry, self.policy, query)
+                policy = await to_thread.run_sync(self.policy.for_principal, principal)
+                matched = listing(self.registry, policy, query)
                 found, more = matched[:DESCRIBED_TOOLS], len(matched) - DESCRIBED_TOOLS
                 text = "\n".join(listed_signature(s, d) for s, d in found) or "No tool matches."
                 if more > 0:

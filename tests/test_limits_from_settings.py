@@ -64,7 +64,7 @@ def test_every_setting_reaches_the_part_that_applies_it(make_runtime: MakeRuntim
     assert (sandbox.slots.capacity, sandbox.slots.per_principal) == (3, 2)
     assert runtime.engine.write.conservative is True
     assert (runtime.lease.name, runtime.lease.ttl) == ("instance-a", timedelta(seconds=40))
-    assert runtime.engine.policy.to_text() == "notes.read=approve,notes.delete=block"
+    assert runtime.engine.policy.configured.to_text() == "notes.read=approve,notes.delete=block"
     assert runtime.sessions.policy == LeasePolicy(
         idle_timeout=timedelta(minutes=2), lease=timedelta(minutes=3), cap=timedelta(minutes=9)
     )

@@ -63,7 +63,7 @@ def test_tools_prefix_gets_a_specific_message() -> None:
     ],
 )
 def test_rule_matching(pattern: str, name: str, expected: bool) -> None:
-    assert rule(pattern, APPROVE).matches(name) is expected
+    assert rule(pattern, APPROVE).matches(make_spec(name)) is expected
 
 
 def test_no_matching_rule_falls_back_to_the_tool_default() -> None:
@@ -101,7 +101,7 @@ def test_most_restrictive_helper() -> None:
 
 def test_matching_lists_the_rules_that_apply() -> None:
     policy = Policy.from_text("*=approve,notes.*=require_approval,mail.*=block")
-    assert [str(r) for r in policy.matching("notes.read")] == [
+    assert [str(r) for r in policy.matching(make_spec("notes.read"))] == [
         "*=approve",
         "notes.*=require_approval",
     ]
@@ -151,3 +151,38 @@ def test_tool_blocked_error() -> None:
     assert error.as_dict()["code"] == "blocked"
     assert "tools.notes.delete is blocked by policy" in error.message
     assert error.hint
+
+
+def operation_spec(full_name: str, operation: str | None) -> ToolSpec:
+    source, name = full_name.split(".")
+    return ToolSpec(source=source, name=name, description="d", operation=operation)
+
+
+def test_a_condition_limits_a_rule_to_the_calls_making_that_operation() -> None:
+    policy = Policy.from_text("api.*[delete]=block,gql.*[MUTATION]=block,*[GET]=approve")
+    # Conditions are stored normalized: methods upper case, operation types lower case.
+    assert policy.to_text() == "api.*[DELETE]=block,gql.*[mutation]=block,*[GET]=approve"
+    assert policy.decide(operation_spec("api.remove_pet", "DELETE")) is BLOCK
+    assert policy.decide(operation_spec("api.add_pet", "POST")) is REQUIRE  # its default
+    assert policy.decide(operation_spec("api.get_pet", "GET")) is APPROVE
+    assert policy.decide(operation_spec("gql.mutate", "mutation")) is BLOCK
+    assert policy.decide(operation_spec("gql.query", "query")) is REQUIRE
+    assert policy.decide(operation_spec("notes.write", None)) is REQUIRE  # no operation
+
+
+def test_the_same_pattern_under_two_conditions_is_two_rules() -> None:
+    assert len(Policy.from_text("api.*[GET]=approve,api.*[POST]=block").rules) == 2
+    with pytest.raises(InvalidPolicy, match="already given"):
+        Policy.from_text("api.*[GET]=approve,api.*[get]=block")
+
+
+@pytest.mark.parametrize("text", ["api.*[FETCH]=block", "api.*[]=block", "*[query=block"])
+def test_an_unknown_condition_is_refused_naming_what_a_condition_may_be(text: str) -> None:
+    with pytest.raises(InvalidPolicy) as caught:
+        Policy.from_text(text)
+    assert "policy entry" in caught.value.message
+
+
+def test_a_tool_operation_must_be_one_a_rule_can_name() -> None:
+    with pytest.raises(ValidationError, match="HTTP method"):
+        operation_spec("api.x", "FETCH")

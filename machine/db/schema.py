@@ -52,6 +52,23 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
 
 
+class PolicyRuleRow(SQLModel, table=True):
+    """One tool-policy rule an operator stored (`lockgate policy add`): global when
+    `principal_id` is None, else that principal's. Rules are configuration, not lifecycle
+    records: no status machine, written in transactions of their own (`PolicyQueries`)."""
+
+    __tablename__ = "policy_rules"
+
+    id: str = Field(primary_key=True, max_length=32)
+    #: No foreign key: a rule may be written for a principal before its first API key.
+    principal_id: str | None = Field(default=None, index=True, max_length=64)
+    pattern: str = Field(max_length=300)
+    #: An HTTP method or GraphQL operation type the rule is limited to, or None.
+    condition: str | None = Field(default=None, max_length=16)
+    decision: str = Field(max_length=32)
+    created_at: datetime = Field(sa_column=_when())
+
+
 class Instance(SQLModel, table=True):
     __tablename__ = "instances"
 

@@ -33,6 +33,7 @@ from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
 from lockgate.machine.db.instance_queries import InstanceQueries
 from lockgate.machine.db.key_queries import KeyQueries
 from lockgate.machine.db.metrics_queries import MetricsQueries
+from lockgate.machine.db.policy_queries import PolicyQueries
 from lockgate.machine.db.schema import (
     Execution,
     Instance,
@@ -141,6 +142,7 @@ class SqlStore:
         self.executions = ExecutionQueries(engine)
         self.keys = KeyQueries(engine, writer)
         self.metrics = MetricsQueries(engine)
+        self.policies = PolicyQueries(engine, writer)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 

@@ -65,6 +65,7 @@ class GraphQLOperation:
             idempotent=read,
             default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
             secrets=(source.auth.secret,) if source.auth is not None else (),
+            operation=kind.value,
         )
 
     def problems(self, arguments: Mapping[str, JsonValue]) -> list[str]:

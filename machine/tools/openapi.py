@@ -311,5 +311,6 @@ class OpenApiSource:
             idempotent=read,
             default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
             secrets=(self.auth.secret,) if self.auth is not None else (),
+            operation=method.upper(),
         )
         return OpenApiOperation(self, spec, method, path, parameters, body_argument)

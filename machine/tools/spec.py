@@ -20,7 +20,7 @@ from typing import Protocol
 from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.policy import PolicyDecision, normal_condition
 from lockgate.machine.tools.schema import check_schema, property_schemas, schema_validator
 from lockgate.machine.tools.signatures import notes, ordered_parameters, parameter, qualify
 
@@ -65,6 +65,14 @@ class ToolSpec(BaseModel):
     """Safe to call twice (read-only): an in-doubt call is retried only when this is true."""
     default_policy: PolicyDecision = PolicyDecision.REQUIRE_APPROVAL
     secrets: tuple[str, ...] = ()
+    operation: str | None = None
+    """What a call does, for policy conditions: the HTTP method of an OpenAPI operation
+    (`DELETE`) or a GraphQL operation type (`mutation`); None for other tools."""
+
+    @field_validator("operation")
+    @classmethod
+    def _check_operation(cls, operation: str | None) -> str | None:
+        return None if operation is None else normal_condition(operation)
 
     @field_validator("source", "name")
     @classmethod
