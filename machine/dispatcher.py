@@ -417,7 +417,9 @@ class Dispatcher:
         """Run the tool with its secrets resolved now; nothing it returns or raises is kept
         before every secret value is scrubbed from it."""
         try:
-            secrets = self.secrets.resolve(tool.spec.secrets)
+            secrets = self.secrets.resolve(
+                tool.spec.secrets, principal=ex.typed.principal_id, source=tool.spec.source
+            )
         except MissingSecret as exc:
             return _Dispatched(error=exc.message)
         redactor = Redactor(secrets.values())

@@ -25,7 +25,8 @@ from lockgate.machine.policy import Policy
 from lockgate.machine.policy_book import PolicyBook
 from lockgate.machine.recovery import Recovery, RecoveryReport
 from lockgate.machine.sandbox import Sandbox, SandboxLimits
-from lockgate.machine.secrets import EnvironmentSecrets, SecretStore
+from lockgate.machine.secret_store import SecretCipher, StoredSecrets
+from lockgate.machine.secrets import SecretStore
 from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
@@ -105,8 +106,17 @@ class Runtime:
     ) -> Runtime:
         settings = settings or Settings()
         store = SqlStore(prepare_database(settings))
+        try:
+            if secrets is None:
+                key = settings.secrets_key.get_secret_value() if settings.secrets_key else None
+                stored = StoredSecrets(store.secrets, SecretCipher.from_setting(key))
+                stored.check_startable()  # stored secrets and no key: refuse to start
+                secrets = stored
+            chosen = configured_sources(settings, sources, secrets)
+        except Exception:
+            store.engine.dispose()  # a runtime that cannot start holds no connection
+            raise
         registry = ToolRegistry()
-        chosen = configured_sources(settings, sources, secrets)
         for source in chosen:
             registry.register(source)
         sandbox = Sandbox(
@@ -146,7 +156,7 @@ class Runtime:
                 store.policies.applying_to,
                 settings.policy_refresh_secs,
             ),
-            secrets=secrets or EnvironmentSecrets(),
+            secrets=secrets,
             settings=settings,
             owner=lease.id,
             # An execution that fails here with a call in flight gets recovery's verdict.

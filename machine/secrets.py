@@ -38,8 +38,11 @@ class MissingSecret(LockgateError):
 
 
 class SecretStore(Protocol):
-    def resolve(self, names: Sequence[str]) -> dict[str, str]:
-        """The value of every name, or MissingSecret naming all that are absent."""
+    def resolve(
+        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+    ) -> dict[str, str]:
+        """The value of every name for a call by `principal` of a tool of `source` (None:
+        outside any call, e.g. a source's start-up), or MissingSecret naming all absent."""
         ...
 
 
@@ -61,7 +64,10 @@ class EnvironmentSecrets:
         self.prefix = prefix
         self._environ = environ
 
-    def resolve(self, names: Sequence[str]) -> dict[str, str]:
+    def resolve(
+        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+    ) -> dict[str, str]:
+        """The operator's variables: the same for every principal and source."""
         environ = os.environ if self._environ is None else self._environ
         found: dict[str, str] = {}
         missing: list[str] = []
@@ -87,7 +93,9 @@ class StaticSecrets:
     def __init__(self, mapping: Mapping[str, str]) -> None:
         self._mapping = dict(mapping)
 
-    def resolve(self, names: Sequence[str]) -> dict[str, str]:
+    def resolve(
+        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+    ) -> dict[str, str]:
         missing = [name for name in names if not self._mapping.get(name)]
         if missing:
             raise MissingSecret(missing)

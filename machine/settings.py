@@ -127,6 +127,14 @@ class Settings(BaseSettings):
         description="The URL clients and approvers reach this server at (approval links are "
         "built from it). Default: http://<host>:<port>.",
     )
+    secrets_key: SecretStr | None = Field(
+        default=None,
+        description="The key(s) the secret store's values are encrypted with, comma-separated, "
+        "the same on every instance: the first encrypts, all decrypt (to rotate, put a new "
+        "key first, run `lockgate secrets rotate`, then drop the old one). Make one with "
+        "`lockgate secrets key`. Unset: no secret can be stored, and a server whose database "
+        "holds secrets refuses to start.",
+    )
     signing_keys: SecretStr | None = Field(
         default=None,
         description="The secrets approval links are signed with, comma-separated, each at "

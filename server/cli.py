@@ -341,6 +341,105 @@ def policy_remove(rule_id: Annotated[str, typer.Argument(help="The rule's id.")]
     typer.echo(f"removed {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
 
 
+secrets_app = typer.Typer(
+    help="Manage the secret store (values encrypted with LOCKGATE_SECRETS_KEY, never shown).",
+    no_args_is_help=True,
+)
+app.add_typer(secrets_app, name="secrets")
+
+
+def _secret_store() -> Any:
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.secret_store import SecretCipher, StoredSecrets
+    from lockgate.machine.settings import Settings
+
+    settings = Settings()
+    key = settings.secrets_key.get_secret_value() if settings.secrets_key else None
+    return StoredSecrets(
+        SqlStore(prepare_database(settings)).secrets, SecretCipher.from_setting(key)
+    )
+
+
+def _secrets_failed(exc: Any, code: int) -> typer.Exit:
+    return _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), code)
+
+
+@secrets_app.command("key")
+def secrets_key() -> None:
+    """Print a new key for LOCKGATE_SECRETS_KEY (nothing is stored)."""
+    from lockgate.machine.secret_store import new_key
+
+    typer.echo(new_key())
+
+
+@secrets_app.command("set")
+def secrets_set(
+    name: Annotated[str, typer.Argument(help="The secret's name, as sources name it.")],
+    principal: Annotated[
+        str | None, typer.Option(help="Only this principal's calls (default: everyone's).")
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Only this source's tools (default: any source's).")
+    ] = None,
+) -> None:
+    """Store a secret; its value is read from standard input (never from the command line,
+    where shell history and process listings would keep it)."""
+    import sys
+
+    from lockgate.machine.errors import LockgateError
+    from lockgate.server.keys import check_principal
+
+    value = sys.stdin.read().rstrip("\r\n")
+    try:
+        if principal is not None:
+            check_principal(principal)
+        new = _secret_store().set(name, value, principal=principal, source=source)
+    except LockgateError as exc:
+        raise _secrets_failed(exc, 2) from None
+    scope = f"{principal or '(everyone)'}, {f'source {source}' if source else 'any source'}"
+    typer.echo(f"{'stored' if new else 'replaced'} secret {name} ({scope})")
+
+
+@secrets_app.command("list")
+def secrets_list() -> None:
+    """List stored secrets: names, scope and binding, never values."""
+    for entry in _secret_store().listed():
+        typer.echo(
+            f"{entry.name:<24} {entry.principal_id or '(everyone)':<20} "
+            f"{entry.source or '(any source)':<20} updated {entry.updated_at:%Y-%m-%d %H:%M}"
+        )
+
+
+@secrets_app.command("delete")
+def secrets_delete(
+    name: Annotated[str, typer.Argument(help="The secret's name.")],
+    principal: Annotated[
+        str | None, typer.Option(help="The principal's own secret (default: the global one).")
+    ] = None,
+) -> None:
+    """Delete a stored secret."""
+    if not _secret_store().delete(name, principal=principal):
+        raise _fail(
+            f"no secret {name!r} is stored for {principal or 'everyone'}: "
+            "`lockgate secrets list` shows what is.",
+            1,
+        )
+    typer.echo(f"deleted secret {name} ({principal or '(everyone)'})")
+
+
+@secrets_app.command("rotate")
+def secrets_rotate() -> None:
+    """Re-encrypt every stored value under the first key of LOCKGATE_SECRETS_KEY."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        count = _secret_store().rotate()
+    except LockgateError as exc:
+        raise _secrets_failed(exc, 2) from None
+    typer.echo(f"re-encrypted {count} secrets under the first key")
+
+
 def is_loopback(host: str) -> bool:
     import ipaddress
 
@@ -410,20 +509,22 @@ def run_server(
             )
         created = keys.create("local")
     configure_logging(log_format(settings.log_format, sys.stderr))
+    from lockgate.machine.secret_store import SecretKeyProblem
     from lockgate.server.app import create_app
 
     runtime = None
-    if extra_sources:
-        from lockgate.machine.runtime import Runtime
-        from lockgate.machine.tools.notes import NotesSource
-
-        runtime = Runtime.create(
-            settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
-        )
     try:
+        if extra_sources:
+            from lockgate.machine.runtime import Runtime
+            from lockgate.machine.tools.notes import NotesSource
+
+            runtime = Runtime.create(
+                settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
+            )
         application = create_app(settings, runtime, signing)
-    except InvalidToolSource as exc:
-        # A source the operator configured cannot be served: say which and why, not a trace.
+    except (InvalidToolSource, SecretKeyProblem) as exc:
+        # A source the operator configured cannot be served, or stored secrets cannot be
+        # read: say which and why, not a trace.
         hint = f" {exc.hint}" if exc.hint else ""
         raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
     url = f"{settings.base_url}/mcp"

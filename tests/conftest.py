@@ -108,6 +108,8 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., An
         faults = overrides.pop("faults", None)
         clock = overrides.pop("clock", None)
         sources = overrides.pop("sources", None)
+        # `secrets=None`: the server's own store (the database's, then the environment).
+        secrets = overrides.pop("secrets", StaticSecrets({"notes_token": CANARY}))
         shared = {} if database_url.startswith("sqlite") else {"signing_keys": SIGNING_KEY}
         settings = Settings(
             **{
@@ -124,7 +126,7 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., An
         runtime = Runtime.create(
             settings,
             sources=sources if sources is not None else [NotesSource(tmp_path / "notes")],
-            secrets=StaticSecrets({"notes_token": CANARY}),
+            secrets=secrets,
             faults=faults,
             **extra,
         )

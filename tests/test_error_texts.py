@@ -195,8 +195,11 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "code": "invalid_input",
             "message": "bad rule 'x'",
             "hint": "Write rules as pattern=decision separated by commas, with patterns '*', "
-            "'source.*' or 'source.name' (without the 'tools.' prefix) and decisions approve, "
-            "require_approval, block; for example 'notes.*=approve,notes.delete=block'.",
+            "'source.*' or 'source.name' (without the 'tools.' prefix), an optional [condition] "
+            "after the pattern naming an HTTP method (GET, HEAD, OPTIONS, POST, PUT, PATCH, "
+            "DELETE) or a GraphQL operation type (query, mutation, subscription), and decisions "
+            "approve, require_approval, block; for example "
+            "'notes.*=approve,notes.delete=block,github.*[DELETE]=block'.",
         },
     ),
     (

@@ -69,6 +69,24 @@ class PolicyRuleRow(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
 
 
+class StoredSecret(SQLModel, table=True):
+    """One secret of the secret store (`lockgate secrets set`): global when `principal_id`
+    is None, else that principal's; usable by every source's tools, or only `source`'s.
+    Only the encrypted value is stored (`machine/secret_store.py`), never the value."""
+
+    __tablename__ = "secrets"
+
+    id: str = Field(primary_key=True, max_length=32)
+    principal_id: str | None = Field(default=None, index=True, max_length=64)
+    name: str = Field(index=True, max_length=200)
+    #: The one source whose tools may use it, or None for any.
+    source: str | None = Field(default=None, max_length=200)
+    #: A Fernet token of the value, under the first of LOCKGATE_SECRETS_KEY.
+    ciphertext: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    created_at: datetime = Field(sa_column=_when())
+    updated_at: datetime = Field(sa_column=_when())
+
+
 class Instance(SQLModel, table=True):
     __tablename__ = "instances"
 

@@ -43,6 +43,7 @@ from lockgate.machine.db.schema import (
     metadata,
 )
 from lockgate.machine.db.schema import Session as SessionRow
+from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.db.session_queries import SessionQueries
 from lockgate.machine.db.tool_call_queries import ToolCallQueries
 from lockgate.machine.errors import Conflict, IllegalTransition
@@ -143,6 +144,7 @@ class SqlStore:
         self.keys = KeyQueries(engine, writer)
         self.metrics = MetricsQueries(engine)
         self.policies = PolicyQueries(engine, writer)
+        self.secrets = SecretQueries(engine, writer)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 

@@ -137,7 +137,7 @@ def _graphql(
         if auth is not None:
             store = secrets if secrets is not None else EnvironmentSecrets()
             try:
-                value = store.resolve([auth.secret])[auth.secret]
+                value = store.resolve([auth.secret], source=name)[auth.secret]
             except MissingSecret as exc:
                 raise InvalidToolSource(
                     f"source {name!r}: its introspection needs {exc.message}", hint=exc.hint

@@ -36,6 +36,8 @@ class Item(BaseModel):
 class ItemsApi:
     items: dict[int, dict[str, Any]] = field(default_factory=dict)
     effects: list[dict[str, Any]] = field(default_factory=list)
+    #: The Authorization header of each call of `whoami`, as the API received it.
+    credentials: list[str | None] = field(default_factory=list)
     #: Set by a test to let the held request answer (a timeout test never sets it).
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -72,6 +74,7 @@ class ItemsApi:
         @app.get("/me", operation_id="whoami", summary="Echoes the credentials it was sent")
         def whoami(request: Request) -> Any:
             # A careless API that echoes what it was sent: the secret must not be kept.
+            self.credentials.append(request.headers.get("authorization"))
             return {
                 "authorization": request.headers.get("authorization"),
                 "api_key": request.query_params.get("api_key"),
