@@ -98,6 +98,8 @@ def test_a_write_waits_for_a_person_then_is_made_once(
     assert done.status is ExecutionStatus.COMPLETED, done.error
     assert done.result == {"id": 1, "name": "pen", "price": 1.5, "tags": []}
     assert api.api.effects == [{"created": 1}]
+    # The write carried its call's journal id, for an API that deduplicates by it.
+    assert api.api.idempotency_keys == [f"{paused.id}:1"]
 
 
 def test_arguments_breaking_the_document_s_schema_fail_before_any_pause(

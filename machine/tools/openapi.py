@@ -65,6 +65,10 @@ class Parameter:
     location: str  # path | query | header
 
 
+#: Sent with every write: the call's idempotency key.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
 class OpenApiOperation:
     def __init__(
         self,
@@ -103,6 +107,11 @@ class OpenApiOperation:
         auth = self._source.auth
         if auth is not None:
             auth.apply(context.secrets[auth.secret], headers, query)
+        if self.method not in READS:
+            # The call's journal id, the same on every attempt: an API that honours the
+            # header (Stripe's convention, an IETF draft) makes a write sent again after a
+            # crash in doubt at most once on its side too.
+            headers.setdefault(IDEMPOTENCY_HEADER, context.idempotency_key)
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
         method = self.method.upper()

@@ -36,6 +36,8 @@ class Item(BaseModel):
 class ItemsApi:
     items: dict[int, dict[str, Any]] = field(default_factory=dict)
     effects: list[dict[str, Any]] = field(default_factory=list)
+    #: The Idempotency-Key header of each create, as the API received it.
+    idempotency_keys: list[str | None] = field(default_factory=list)
     #: The Authorization header of each call of `whoami`, as the API received it.
     credentials: list[str | None] = field(default_factory=list)
     #: Set by a test to let the held request answer (a timeout test never sets it).
@@ -56,7 +58,8 @@ class ItemsApi:
             return self.items[item_id]
 
         @app.post("/items", operation_id="create_item", summary="Create an item")
-        def create_item(item: Item) -> Any:
+        def create_item(item: Item, request: Request) -> Any:
+            self.idempotency_keys.append(request.headers.get("idempotency-key"))
             new = {"id": len(self.items) + 1, **item.model_dump()}
             self.items[new["id"]] = new
             self.effects.append({"created": new["id"]})

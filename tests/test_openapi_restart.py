@@ -1,0 +1,79 @@
+"""An approval-gated OpenAPI write survives its server: a real `lockgate serve` with a
+sources file pauses the write, is SIGKILLed, a new process starts on the same database, and a
+new client (another session, another protocol era) approves it. The API, a real HTTP server
+on loopback, receives the write exactly once, after the approval, with its call's
+idempotency key."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.http_api import ItemsApi, RunningApi, serve
+from tests.support.servers import (
+    Deployment,
+    create_key_directly,
+    mcp_client,
+    run,
+    structured,
+)
+
+pytest_plugins = ["tests.support.servers"]
+
+pytestmark = pytest.mark.slow
+
+WRITE = 'tools.items.create_item(body={"name": "pen", "price": 2.5})'
+
+
+@pytest.fixture(name="api")
+def api_fixture() -> Iterator[RunningApi]:
+    yield from serve(ItemsApi())
+
+
+def test_a_paused_openapi_write_survives_sigkill_and_completes_from_another_session(
+    deployment: Deployment, api: RunningApi, tmp_path: Path
+) -> None:
+    (tmp_path / "items.json").write_text(json.dumps(api.document))
+    sources = tmp_path / "sources.toml"
+    sources.write_text(
+        f'[[openapi]]\nname = "items"\ndocument = "items.json"\nbase_url = "{api.url}"\n'
+    )
+    key = create_key_directly(deployment.database_url, "alice")
+    first = deployment.start(name="first", LOCKGATE_SOURCES_FILE=str(sources))
+
+    async def pause() -> str:
+        async with mcp_client(first.url, key, "legacy") as client:
+            body = structured(await client.call_tool("execute", {"code": WRITE}))
+            assert body["status"] == "waiting_for_interaction", body
+            assert body["interaction"]["tool"] == "tools.items.create_item", body
+            return str(body["executionId"])
+
+    execution_id = run(pause())
+    assert first.kill() == -signal.SIGKILL
+    assert api.api.effects == []  # nothing reached the API before the decision
+
+    second = deployment.start(name="second", LOCKGATE_SOURCES_FILE=str(sources))
+
+    async def approve() -> None:
+        async with mcp_client(second.url, key, "2026-07-28") as client:
+            seen = structured(await client.call_tool("resume", {"executionId": execution_id}))
+            assert seen["status"] == "waiting_for_interaction", seen
+            assert seen["interaction"]["argsPreview"] == {"body": {"name": "pen", "price": 2.5}}
+            done = structured(
+                await client.call_tool("resume", {"executionId": execution_id, "action": "accept"})
+            )
+            assert done["status"] == "completed", done
+            assert done["result"] == {"id": 1, "name": "pen", "price": 2.5, "tags": []}
+            # A repeated decision answers the same outcome and sends nothing again.
+            again = structured(
+                await client.call_tool("resume", {"executionId": execution_id, "action": "accept"})
+            )
+            assert again["status"] == "completed", again
+
+    run(approve())
+    assert api.api.effects == [{"created": 1}]
+    assert api.api.idempotency_keys == [f"{execution_id}:1"]
