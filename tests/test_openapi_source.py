@@ -17,7 +17,7 @@ from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.secrets import REDACTED
+from lockgate.machine.secrets import REDACTED, StaticSecrets
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.openapi import OpenApiSource, to_json_schema
@@ -343,3 +343,40 @@ def test_parameters_the_document_does_not_complete_are_left_out_not_a_crash() ->
     }
     signatures = [tool.spec.bare_signature() for tool in OpenApiSource("s", document).tools()]
     assert signatures == ["tools.s.get__a(q: Any = ...) -> Any", "tools.s.post__a() -> Any"]
+
+
+def oauth_runtime(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, credentials: str
+) -> Runtime:
+    auth = f'{{ oauth_token_url = "{api.url}/oauth/token", secret = "items_client", scope = "r" }}'
+    return make_runtime(
+        sources_file=sources_file(tmp_path, api, auth=auth),
+        secrets=StaticSecrets({"items_client": credentials}),
+    )
+
+
+def test_oauth_client_credentials_get_a_token_once_and_it_is_never_kept(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = oauth_runtime(make_runtime, tmp_path, api, "client:s3cret-client")
+    for _ in range(2):
+        done = rt.engine.execute("alice", "tools.items.whoami()")
+        # The API echoed the access token; what was kept is its redaction.
+        assert done.result == {"authorization": f"Bearer {REDACTED}", "api_key": None}, done.error
+    # One token, asked for once with the grant and scope, then reused until near its expiry.
+    assert api.api.token_requests == [{"grant_type": "client_credentials", "scope": "r"}]
+    assert api.api.credentials == ["Bearer access-1-5e2b7d9c"] * 2
+    stored = "\n".join(text for _, text in AuditQueries(rt.engine.store.engine).stored_text())
+    assert "access-1-5e2b7d9c" not in stored and "s3cret-client" not in stored
+
+
+def test_oauth_credentials_the_token_endpoint_refuses_fail_the_call_in_words(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = oauth_runtime(make_runtime, tmp_path, api, "client:wrong")
+    done = rt.engine.execute("alice", caught("tools.items.whoami()"))
+    assert done.result == (
+        "RuntimeError: tools.items.whoami failed: getting an OAuth access token answered "
+        'HTTP 401: {"detail":"invalid_client"}'
+    )
+    assert api.api.credentials == []  # the API itself was never called

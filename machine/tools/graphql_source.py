@@ -30,7 +30,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
-from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, authorized_send, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec
 
 #: GraphQL errors a failure quotes at most (the rest are counted).
@@ -93,14 +93,12 @@ class GraphQLOperation:
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
         headers: dict[str, str] = {}
         query: dict[str, Any] = {}
-        auth = self._source.auth
-        if auth is not None:
-            auth.apply(context.secrets[auth.secret], headers, query)
         body: dict[str, JsonValue] = {"query": arguments["query"]}
         if "variables" in arguments:
             body["variables"] = arguments["variables"]
-        answer = send(
-            "POST", self._source.endpoint, f"GraphQL {self.spec.name}", self._source.limits,
+        answer = authorized_send(
+            self._source.auth, context.secrets, "POST", self._source.endpoint,
+            f"GraphQL {self.spec.name}", self._source.limits,
             query=query, headers=headers, body=body, sent=True,
         )  # fmt: skip
         if not isinstance(answer, dict):

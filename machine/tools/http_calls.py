@@ -8,7 +8,11 @@ as a `RuntimeError` naming the call, with the status and an excerpt of the body.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 import httpx2
 from pydantic import JsonValue
 
+from lockgate.machine.secrets import Redactor
 from lockgate.machine.tools.errors import ToolFailed
 
 #: The longest excerpt of an error response's body a failure quotes.
@@ -40,19 +45,102 @@ class Auth:
     approval) from the server's secret store, never written anywhere Lockgate keeps things."""
 
     secret: str
-    kind: str  # bearer | basic | header | query
-    #: The header or query parameter (header and query kinds).
+    kind: str  # bearer | basic | header | query | oauth
+    #: The header or query parameter (header and query kinds); the token URL (oauth).
     field: str = ""
+    #: The scope asked for (oauth), or "".
+    scope: str = ""
 
-    def apply(self, value: str, headers: dict[str, str], query: dict[str, Any]) -> None:
+    def apply(
+        self,
+        value: str,
+        headers: dict[str, str],
+        query: dict[str, Any],
+        limits: HttpLimits | None = None,
+    ) -> tuple[str, ...]:
+        """Put the credential on the request; returns what else must be scrubbed from all
+        the call returns (an access token obtained with the secret)."""
         if self.kind == "bearer":
             headers["Authorization"] = f"Bearer {value}"
         elif self.kind == "basic":  # the secret is "user:password"
             headers["Authorization"] = "Basic " + base64.b64encode(value.encode()).decode()
         elif self.kind == "header":
             headers[self.field] = value
-        else:
+        elif self.kind == "query":
             query[self.field] = value
+        else:  # oauth: the secret is "client_id:client_secret"
+            token = client_credentials_token(self.field, value, self.scope, limits or HttpLimits())
+            headers["Authorization"] = f"Bearer {token}"
+            return (token,)
+        return ()
+
+
+#: Access tokens by (token URL, sha256 of the client credentials, scope): (expiry, token).
+#: In memory only, never stored; bounded, the oldest leaving first.
+_TOKENS: OrderedDict[tuple[str, str, str], tuple[float, str]] = OrderedDict()
+_TOKENS_LOCK = threading.Lock()
+CACHED_TOKENS = 256
+#: A token is renewed this long before the expiry its server gave.
+TOKEN_MARGIN_SECS = 30.0
+
+
+def client_credentials_token(
+    token_url: str, credentials: str, scope: str, limits: HttpLimits
+) -> str:
+    """An OAuth 2.0 access token for `credentials` ("client_id:client_secret") by the client
+    credentials grant (RFC 6749 4.4), reused until shortly before it expires."""
+    digest = hashlib.sha256(credentials.encode()).hexdigest()
+    key = (token_url, digest, scope)
+    now = time.monotonic()
+    with _TOKENS_LOCK:
+        cached = _TOKENS.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+    client_id, _, client_secret = credentials.partition(":")
+    form = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
+    what = "getting an OAuth access token"
+    basic = base64.b64encode(f"{client_id}:{client_secret}".encode()).decode()
+    answer = fetch(
+        "POST", token_url, what, limits, headers={"Authorization": f"Basic {basic}"}, form=form
+    )
+    try:
+        parsed = json.loads(answer.text)
+        token = parsed["access_token"]
+        lifetime = float(parsed.get("expires_in", 3600))
+    except (ValueError, KeyError, TypeError):
+        raise ToolFailed(f"{what}: the token endpoint answered no access_token.") from None
+    if not isinstance(token, str) or not token:
+        raise ToolFailed(f"{what}: the token endpoint answered no access_token.")
+    with _TOKENS_LOCK:
+        _TOKENS[key] = (now + lifetime - TOKEN_MARGIN_SECS, token)
+        while len(_TOKENS) > CACHED_TOKENS:
+            _TOKENS.popitem(last=False)
+    return token
+
+
+def authorized_send(
+    auth: Auth | None,
+    secrets: Mapping[str, str],
+    method: str,
+    url: str,
+    what: str,
+    limits: HttpLimits,
+    *,
+    query: dict[str, Any],
+    headers: dict[str, str],
+    body: JsonValue,
+    sent: bool,
+) -> JsonValue:
+    """`send` with the source's credential on it; a credential derived from the secret (an
+    access token) is scrubbed from the answer and from a failure's message here, since the
+    engine's own scrubbing knows only the secret itself."""
+    derived = auth.apply(secrets[auth.secret], headers, query, limits) if auth else ()
+    scrub = Redactor(derived)
+    try:
+        answer = send(method, url, what, limits, query=query, headers=headers, body=body, sent=sent)
+    except ToolFailed as exc:
+        raise ToolFailed(scrub.redact_text(exc.message)) from None
+    return scrub.redact(answer)
 
 
 @dataclass(frozen=True)
@@ -75,6 +163,7 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     body: JsonValue = None,
     sent: bool = False,
+    form: Mapping[str, str] | None = None,
 ) -> Fetched:
     """One HTTP exchange within `limits`; `ToolFailed` (naming the call by `what`, e.g.
     `GET /items/7`) for an error status, a timeout, too many redirects, an answer over the
@@ -91,7 +180,7 @@ def fetch(
             ) as client,
             client.stream(
                 method, url, params=dict(query or {}), headers=dict(headers or {}),
-                json=body if sent else None,
+                json=body if sent else None, data=dict(form) if form else None,
             ) as response,
         ):  # fmt: skip
             data = bytearray()

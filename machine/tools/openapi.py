@@ -28,7 +28,7 @@ from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, authorized_send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -104,9 +104,6 @@ class OpenApiOperation:
                     query[p.name] = _text(value)
             else:
                 headers[p.name] = _text(value)
-        auth = self._source.auth
-        if auth is not None:
-            auth.apply(context.secrets[auth.secret], headers, query)
         if self.method not in READS:
             # The call's journal id, the same on every attempt: an API that honours the
             # header (Stripe's convention, an IETF draft) makes a write sent again after a
@@ -115,8 +112,9 @@ class OpenApiOperation:
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
         method = self.method.upper()
-        return send(
-            method, self._source.base_url.rstrip("/") + path, f"{method} {path}",
+        return authorized_send(
+            self._source.auth, context.secrets, method,
+            self._source.base_url.rstrip("/") + path, f"{method} {path}",
             self._source.limits, query=query, headers=headers, body=body, sent=sent,
         )  # fmt: skip
 

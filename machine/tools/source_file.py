@@ -142,7 +142,10 @@ def _graphql(
                 raise InvalidToolSource(
                     f"source {name!r}: its introspection needs {exc.message}", hint=exc.hint
                 ) from None
-            auth.apply(value, headers, query)
+            try:
+                auth.apply(value, headers, query, limits)
+            except ToolFailed as exc:
+                raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
         schema = schema_by_introspection(name, endpoint, limits, headers, query)
     return GraphQLSource(name, endpoint, schema, limits=limits, auth=auth)
 
@@ -207,7 +210,8 @@ def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenAp
 
 AUTH_FORMS = (
     '{ bearer = "<secret>" }, { basic = "<secret>" }, { header = "<name>", secret = "<secret>" }'
-    ' or { query = "<name>", secret = "<secret>" }'
+    ', { query = "<name>", secret = "<secret>" } or { oauth_token_url = "<url>", secret = '
+    '"<secret>", scope = "<scope>" } (scope optional)'
 )
 
 
@@ -228,6 +232,11 @@ def _auth(name: str, table: object, path: Path) -> Auth | None:
     for kind in ("header", "query"):
         if keys == {kind, "secret"}:
             return Auth(secret=values["secret"], kind=kind, field=values[kind])
+    if keys in ({"oauth_token_url", "secret"}, {"oauth_token_url", "secret", "scope"}):
+        url = values["oauth_token_url"]
+        if not url.startswith(("http://", "https://")):
+            raise InvalidToolSource(f"source {name!r} in {path}: oauth_token_url must be http(s)")
+        return Auth(secret=values["secret"], kind="oauth", field=url, scope=values.get("scope", ""))
     raise InvalidToolSource(problem)
 
 

@@ -6,10 +6,12 @@ It keeps what its writes did in `effects`, so a test can count each effect exact
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -38,6 +40,8 @@ class ItemsApi:
     effects: list[dict[str, Any]] = field(default_factory=list)
     #: The Idempotency-Key header of each create, as the API received it.
     idempotency_keys: list[str | None] = field(default_factory=list)
+    #: The form of each request to the OAuth token endpoint.
+    token_requests: list[dict[str, str]] = field(default_factory=list)
     #: The Authorization header of each call of `whoami`, as the API received it.
     credentials: list[str | None] = field(default_factory=list)
     #: Set by a test to let the held request answer (a timeout test never sets it).
@@ -73,6 +77,20 @@ class ItemsApi:
         @app.get("/files/{name}", operation_id="get_file", summary="A file by name")
         def get_file(name: str) -> Any:
             return {"name": name}
+
+        @app.post("/oauth/token", include_in_schema=False)
+        async def token(request: Request) -> Any:
+            # An OAuth 2.0 token endpoint (client credentials grant), form-encoded as the
+            # RFC asks; one client is known: `client` with the secret `s3cret-client`.
+            form = dict(parse_qsl((await request.body()).decode()))
+            self.token_requests.append(form)
+            expected = "Basic " + base64.b64encode(b"client:s3cret-client").decode()
+            if request.headers.get("authorization") != expected:
+                raise HTTPException(401, "invalid_client")
+            if form.get("grant_type") != "client_credentials":
+                raise HTTPException(400, "unsupported_grant_type")
+            issued = f"access-{len(self.token_requests)}-5e2b7d9c"
+            return {"access_token": issued, "token_type": "Bearer", "expires_in": 3600}
 
         @app.get("/me", operation_id="whoami", summary="Echoes the credentials it was sent")
         def whoami(request: Request) -> Any:
