@@ -69,13 +69,14 @@ def plan_runs(
     no client interface can drive are left out (`simulation.remote.NO_CLIENT_DOOR`), and so
     are those with several instances unless `database_url` gives each run a database of a
     server (PostgreSQL): on SQLite they run in process only."""
-    from lockgate.simulation.remote import NO_CLIENT_DOOR, SEVERAL_INSTANCES
+    from lockgate.simulation.remote import IN_PROCESS_ONLY, NO_CLIENT_DOOR, SEVERAL_INSTANCES
 
     rng = random.Random(seed)
     pool = [
         s
         for s in scenarios
         if s.name not in NO_CLIENT_DOOR
+        and s.name not in IN_PROCESS_ONLY
         and (database_url is not None or s.name not in SEVERAL_INSTANCES)
     ]
 

@@ -104,9 +104,9 @@ def left_by_an_earlier_version(client: Client) -> None:
     otherwise the requeued run decides the call now and completes."""
     if "e.id" not in client.memory:
         runtime = client.runtime
-        ex = runtime.engine.begin(client.principal, EARLIER_CODE)
+        ex = runtime.engine.begin(client.principal, client.code(EARLIER_CODE))
         client.memory["e.id"] = ex.id
-        _checkpoint_as_an_earlier_version(runtime, ex)
+        _checkpoint_as_an_earlier_version(runtime, ex, client.code(EARLIER_CODE))
         client.world.abandon(runtime)  # the crash that left it so
         client.runtime = client.world.boot()
     final = client.get(client.memory["e.id"])
@@ -115,10 +115,10 @@ def left_by_an_earlier_version(client: Client) -> None:
         expect(final.result == "ok", f"it completed with {final.result!r}")
 
 
-def _checkpoint_as_an_earlier_version(runtime: Runtime, ex: ExecutionRecord) -> None:
+def _checkpoint_as_an_earlier_version(runtime: Runtime, ex: ExecutionRecord, code: str) -> None:
     """Commit the checkpoint at the run's first call with the call's row alone, in
     `requested`, as versions before the call's row committed with its decision did."""
-    step = runtime.sandbox.start(EARLIER_CODE, principal=ex.typed.principal_id)
+    step = runtime.sandbox.start(code, principal=ex.typed.principal_id)
     expect(isinstance(step, Suspended), f"the code did not reach its call: {step}")
     assert isinstance(step, Suspended)
     now = runtime.engine.clock()
@@ -126,7 +126,7 @@ def _checkpoint_as_an_earlier_version(runtime: Runtime, ex: ExecutionRecord) -> 
         id=make_idempotency_key(ex.id, 1),
         execution_id=ex.id,
         seq=1,
-        tool="notes.list",
+        tool=step.request.name.removeprefix("tools."),
         status=C.REQUESTED.value,
         idempotent=True,
         arguments={},

@@ -18,7 +18,7 @@ instances) and `simulation.clock` (only time passing); the steps they share are 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockgate.simulation.clock import approval_deadline, instance_lease, session_cap, session_idle
@@ -28,6 +28,7 @@ from lockgate.simulation.concurrency import (
     two_recoverers,
     woken_before_recovery_commits,
 )
+from lockgate.simulation.http_notes import SOURCE as HTTP_SOURCE
 from lockgate.simulation.scenario_drains import (
     SPIN_CODE,
     SPIN_ITERATIONS,
@@ -72,6 +73,7 @@ from lockgate.simulation.world import Client, ScenarioFailed, expect
 # and older imports), besides the catalog itself.
 __all__ = [
     "CATALOG",
+    "OVER_HTTP",
     "SPIN_CODE",
     "SPIN_ITERATIONS",
     "WRITE_THEN_READ",
@@ -101,6 +103,43 @@ class Scenario:
     portable: bool = True
     #: Settings the real-process servers add (real time must cross the scenario's bounds).
     real_process_settings: dict[str, str] = field(default_factory=dict)
+    #: Its notes calls go over HTTP, through the OpenAPI source (`simulation.http_notes`).
+    over_http: bool = False
+
+
+#: The scenarios made again with their calls over HTTP, through the OpenAPI source: between
+#: them they reach every crash point of the tool call lifecycle with an OpenAPI call (a
+#: test holds them to it), writes included, each counted by the API's own log.
+OVER_HTTP = (
+    "plain",
+    "several_calls",
+    "approval_accepted",
+    "approval_declined",
+    "execution_cancelled",
+    "approval_expired",
+    "blocked_by_policy",
+    "in_doubt_idempotent",
+    "in_doubt_non_idempotent",
+    "conservative_recovery",
+    "conservative_approval",
+    "left_by_an_earlier_version_conservative",
+)
+
+
+def over_http(scenario: Scenario) -> Scenario:
+    """`scenario` with its notes calls made over HTTP (`tools.api.*`), its policy's rules
+    naming the same tools of that source."""
+    settings = dict(scenario.settings)
+    if "policy" in settings:
+        settings["policy"] = str(settings["policy"]).replace("notes.", f"{HTTP_SOURCE}.")
+    return replace(
+        scenario,
+        name=f"{scenario.name}_http",
+        description=f"{scenario.description} Over HTTP, through the OpenAPI source.",
+        settings=settings,
+        portable=False,
+        over_http=True,
+    )
 
 
 _STALLS = (
@@ -111,7 +150,7 @@ _STALLS = (
 )
 _WRITE_APPROVED = {"policy": "notes.write=approve"}
 
-CATALOG: tuple[Scenario, ...] = (
+_CATALOG: tuple[Scenario, ...] = (
     Scenario("plain", "A run with one auto-approved call.", plain),
     Scenario("several_calls", "Several calls, one failing inside the code.", several_calls),
     Scenario("failing_code", "Code that raises after a call.", failing_code),
@@ -287,6 +326,11 @@ CATALOG: tuple[Scenario, ...] = (
         real_process_settings={"session_idle_timeout": "2", "session_cap": "3"},
         portable=False,
     ),
+)
+
+
+CATALOG: tuple[Scenario, ...] = _CATALOG + tuple(
+    over_http(s) for s in _CATALOG if s.name in OVER_HTTP
 )
 
 

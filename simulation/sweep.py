@@ -71,7 +71,13 @@ def run_plan(
     """Run one scenario with `plan` armed; check the invariants afterwards (with the calls
     of the scenario's crash-free run as `baseline`, for checkpoint fidelity)."""
     faults = Faults(plan)
-    world = World(workdir, database_url, settings=scenario.settings, faults=faults)
+    world = World(
+        workdir,
+        database_url,
+        settings=scenario.settings,
+        faults=faults,
+        over_http=scenario.over_http,
+    )
     capture = LogCapture()
     root = logging.getLogger()
     root.addHandler(capture)
@@ -135,7 +141,7 @@ def run_plan(
             engine = client.runtime.engine.store.engine
             violations += check_all(
                 engine,
-                world.notes.effects(),
+                world.effects(),
                 capture.lines,
                 CANARY,
                 now=world.clock(),
@@ -181,6 +187,15 @@ class SweepReport:
     def unreached(self, machines: Iterable[str] = DRIVEN_MACHINES) -> list[CrashPoint]:
         return [
             p for m in machines for p in every_crash_point(MACHINES[m]) if p not in self.coverage
+        ]
+
+    def unreached_over_http(self) -> list[CrashPoint]:
+        """The tool call crash points no scenario over HTTP (the OpenAPI source) reached."""
+        over_http = {s.name for s in CATALOG if s.over_http}
+        return [
+            p
+            for p in every_crash_point(MACHINES["tool_call"])
+            if not self.coverage.get(p, set()) & over_http
         ]
 
     def crashes_fired(self) -> int:

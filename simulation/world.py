@@ -13,9 +13,12 @@ import functools
 import logging
 import shutil
 import tempfile
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from pydantic import JsonValue
 
 from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.migrate import upgrade
@@ -28,6 +31,8 @@ from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.views import ExecutionView
 from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
 from lockgate.simulation.canary import CanarySource
+from lockgate.simulation.http_notes import SOURCE as HTTP_SOURCE
+from lockgate.simulation.http_notes import notes_api
 
 #: Passed to the notes tools and the leaking canary tools at dispatch; it must never appear
 #: in any record or log.
@@ -87,6 +92,7 @@ class World:
         *,
         settings: dict[str, Any] | None = None,
         faults: Faults | None = None,
+        over_http: bool = False,
     ) -> None:
         self.workdir = workdir
         if database_url is None:
@@ -100,6 +106,11 @@ class World:
         self.faults = faults or Faults()
         self.clock = SimClock()
         self.notes = NotesSource(workdir / "notes")
+        #: The notes over HTTP (`tools.api.*`, an OpenAPI source), for the scenarios whose
+        #: calls go through the OpenAPI source; its state outlives every crash, as the
+        #: notes' files do.
+        self.world_id = uuid.uuid4().hex
+        self.http_api = notes_api() if over_http else None
         self.runtimes: list[Runtime] = []
         self.boots = 0
 
@@ -116,7 +127,11 @@ class World:
         )
         runtime = Runtime.create(
             config,
-            sources=[self.notes, CanarySource()],
+            sources=[
+                self.notes,
+                CanarySource(),
+                *([self.http_api.source(self.world_id)] if self.http_api else []),
+            ],
             secrets=StaticSecrets({"notes_token": CANARY, CANARY_TOKEN: CANARY}),
             faults=self.faults,
             clock=self.clock,
@@ -124,6 +139,13 @@ class World:
         self.runtimes.append(runtime)
         runtime.start(background=False)
         return runtime
+
+    def effects(self) -> list[dict[str, JsonValue]]:
+        """What every tool with a log made: the notes, and the notes over HTTP."""
+        made = self.notes.effects()
+        if self.http_api is not None:
+            made += self.http_api.effects(self.world_id)
+        return made
 
     def abandon(self, runtime: Runtime) -> None:
         """The process died: keep nothing from it."""
@@ -133,6 +155,8 @@ class World:
             self.runtimes.remove(runtime)
 
     def close(self) -> None:
+        if self.http_api is not None:
+            self.http_api.forget(self.world_id)
         for runtime in self.runtimes:
             runtime.sandbox.close()
             runtime.engine.store.engine.dispose()
@@ -147,8 +171,15 @@ class Client:
         self.memory: dict[str, Any] = {}
         self.outcomes: list[ExecutionView] = []
 
+    def code(self, code: str) -> str:
+        """The scenario's code, its notes calls sent over HTTP when the world serves them
+        so (the same calls, through the OpenAPI source)."""
+        if self.world.http_api is None:
+            return code
+        return code.replace("tools.notes.", f"tools.{HTTP_SOURCE}.")
+
     def execute(self, code: str) -> ExecutionView:
-        return self.runtime.engine.execute(self.principal, code)
+        return self.runtime.engine.execute(self.principal, self.code(code))
 
     def resume(self, execution_id: str, action: Action) -> ExecutionView:
         return self.runtime.engine.resume(execution_id, self.principal, action)

@@ -135,10 +135,10 @@ def test_a_real_process_run_whose_armed_point_never_fires_fails() -> None:
 
 @pytest.mark.slow
 def test_every_scenario_with_a_client_door_has_a_real_process_drive() -> None:
-    from lockgate.simulation.remote import NO_CLIENT_DOOR, remote_drive
+    from lockgate.simulation.remote import IN_PROCESS_ONLY, NO_CLIENT_DOOR, remote_drive
 
     for scenario in CATALOG:
-        if scenario.name in NO_CLIENT_DOOR:
+        if scenario.name in NO_CLIENT_DOOR or scenario.name in IN_PROCESS_ONLY:
             continue
         assert callable(remote_drive(scenario)), scenario.name
     assert set(NO_CLIENT_DOOR) == {
@@ -286,3 +286,28 @@ def test_the_points_left_to_the_in_process_sweep_are_real_crash_points() -> None
     for name, points in TIMED_IN_SCENARIO.items():
         assert by_name(name).name == name
         assert points and every >= points
+
+
+def test_a_scenario_over_http_makes_its_calls_through_the_openapi_source(tmp_path: Path) -> None:
+    """The twin's calls are the OpenAPI source's (journaled as `api.*`), and the API's own
+    log holds the write once, under its call's id: what the invariants count."""
+    result = run_plan(by_name("approval_accepted_http"), (), tmp_path)
+    assert result.ok, result.trace
+    [[(made, ran_to_end)]] = result.calls.values()
+    assert [tool for tool, _ in made] == ["api.write", "api.read"] and ran_to_end
+
+
+def test_a_write_sent_twice_over_http_is_caught(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The effect count reads the HTTP API's own log: an OpenAPI source that sent a write
+    twice fails the run (a check that can fail)."""
+    from lockgate.machine.tools.http_calls import authorized_send as real
+
+    def twice(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("lockgate.machine.tools.openapi.authorized_send", twice)
+    result = run_plan(by_name("in_doubt_non_idempotent_http"), (), tmp_path)
+    assert any("happened 2 times" in v.detail for v in result.violations), result.violations

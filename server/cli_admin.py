@@ -1,0 +1,265 @@
+"""The operator's administration commands: `lockgate keys`, `lockgate policy` and
+`lockgate secrets` (each opens the configured database; none starts a server)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+keys_app = typer.Typer(help="Manage API keys (one principal per name).", no_args_is_help=True)
+
+
+def _keys() -> Any:
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.settings import Settings
+    from lockgate.server.keys import ApiKeys
+
+    return ApiKeys(SqlStore(prepare_database(Settings())))
+
+
+@keys_app.command("create")
+def keys_create(
+    principal: Annotated[str, typer.Argument(help="Who the key acts for, e.g. alice.")],
+) -> None:
+    """Create an API key for a principal (created if new). The key is shown only once."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        issued = _keys().create(principal)
+    except LockgateError as exc:
+        raise _fail(exc.message, 2) from None
+    typer.echo(
+        f"key id:    {issued.id}\nprincipal: {issued.principal_id}\nkey:       "
+        f"{issued.secret}\n(store it now: it is not shown again)"
+    )
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List API keys (ids and prefixes, never the keys)."""
+    for key in _keys().list():
+        state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
+        typer.echo(f"{key.id}  {key.principal_id:<20} {key.prefix}…  {state}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id to revoke.")]) -> None:
+    """Revoke an API key: requests with it get 401 from now on."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        key = _keys().revoke(key_id)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+    typer.echo(f"revoked {key.id} ({key.principal_id})")
+
+
+policy_app = typer.Typer(
+    help="Manage stored tool-policy rules (global or per principal; most restrictive wins).",
+    no_args_is_help=True,
+)
+
+
+def _policy_rules() -> Any:
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.policy import Policy
+    from lockgate.machine.settings import Settings
+    from lockgate.server.policy_rules import PolicyRules
+
+    settings = Settings()
+    return PolicyRules(SqlStore(prepare_database(settings)), Policy.from_text(settings.policy))
+
+
+_PrincipalOption = Annotated[
+    str | None,
+    typer.Option(help="Only this principal's calls (default: every principal's)."),
+]
+
+
+@policy_app.command("add")
+def policy_add(
+    pattern: Annotated[str, typer.Argument(help="'*', 'source.*' or 'source.tool'.")],
+    decision: Annotated[str, typer.Argument(help="approve, require_approval or block.")],
+    when: Annotated[
+        str | None,
+        typer.Option(
+            "--when",
+            help="Only calls making this HTTP method (DELETE) or GraphQL operation "
+            "type (mutation).",
+        ),
+    ] = None,
+    principal: _PrincipalOption = None,
+) -> None:
+    """Store a rule; every instance applies it within LOCKGATE_POLICY_REFRESH_SECS."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        stored = _policy_rules().add(pattern, decision, condition=when, principal=principal)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 2) from None
+    verb = "added" if stored.added else "already stored as"
+    typer.echo(f"{verb} {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
+
+
+def _scope(principal: str | None) -> str:
+    return f"{'(everyone)' if principal is None else principal:<20}"
+
+
+@policy_app.command("list")
+def policy_list(
+    principal: Annotated[
+        str | None,
+        typer.Option(help="Only the rules that apply to this principal (global ones too)."),
+    ] = None,
+    tools: Annotated[
+        bool,
+        typer.Option(
+            "--tools",
+            help="Also list every tool with the decision its calls meet (for --principal, "
+            "or under the configured and global rules).",
+        ),
+    ] = False,
+) -> None:
+    """List stored rules (and LOCKGATE_POLICY's), and with --tools the effective decisions."""
+    rules = _policy_rules()
+    for entry in rules.configured.rules:
+        typer.echo(f"{'(config)':<12}  {_scope(None)}  {entry}")
+    for stored in rules.listed(principal):
+        typer.echo(f"{stored.id:<12}  {_scope(stored.principal_id)}  {stored.rule}")
+    if tools:
+        from lockgate.machine.runtime import configured_sources
+        from lockgate.machine.settings import Settings
+        from lockgate.machine.tools.registry import ToolRegistry
+
+        registry = ToolRegistry()
+        sources = configured_sources(Settings())
+        try:
+            for source in sources:
+                registry.register(source)
+            typer.echo(f"effective for {principal or 'every principal (no own rules)'}:")
+            for name, decision in rules.effective(registry, principal):
+                typer.echo(f"  {name:<40} {decision.value}")
+        finally:
+            for source in sources:
+                close = getattr(source, "close", None)
+                if callable(close):
+                    close()
+
+
+@policy_app.command("remove")
+def policy_remove(rule_id: Annotated[str, typer.Argument(help="The rule's id.")]) -> None:
+    """Remove a stored rule (LOCKGATE_POLICY's are changed in the configuration)."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        stored = _policy_rules().remove(rule_id)
+    except LockgateError as exc:
+        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+    typer.echo(f"removed {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
+
+
+secrets_app = typer.Typer(
+    help="Manage the secret store (values encrypted with LOCKGATE_SECRETS_KEY, never shown).",
+    no_args_is_help=True,
+)
+
+
+def _secret_store() -> Any:
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.secret_store import SecretCipher, StoredSecrets
+    from lockgate.machine.settings import Settings
+
+    settings = Settings()
+    key = settings.secrets_key.get_secret_value() if settings.secrets_key else None
+    return StoredSecrets(
+        SqlStore(prepare_database(settings)).secrets, SecretCipher.from_setting(key)
+    )
+
+
+def _secrets_failed(exc: Any, code: int) -> typer.Exit:
+    return _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), code)
+
+
+@secrets_app.command("key")
+def secrets_key() -> None:
+    """Print a new key for LOCKGATE_SECRETS_KEY (nothing is stored)."""
+    from lockgate.machine.secret_store import new_key
+
+    typer.echo(new_key())
+
+
+@secrets_app.command("set")
+def secrets_set(
+    name: Annotated[str, typer.Argument(help="The secret's name, as sources name it.")],
+    principal: Annotated[
+        str | None, typer.Option(help="Only this principal's calls (default: everyone's).")
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Only this source's tools (default: any source's).")
+    ] = None,
+) -> None:
+    """Store a secret; its value is read from standard input (never from the command line,
+    where shell history and process listings would keep it)."""
+    import sys
+
+    from lockgate.machine.errors import LockgateError
+    from lockgate.server.keys import check_principal
+
+    value = sys.stdin.read().rstrip("\r\n")
+    try:
+        if principal is not None:
+            check_principal(principal)
+        new = _secret_store().set(name, value, principal=principal, source=source)
+    except LockgateError as exc:
+        raise _secrets_failed(exc, 2) from None
+    scope = f"{principal or '(everyone)'}, {f'source {source}' if source else 'any source'}"
+    typer.echo(f"{'stored' if new else 'replaced'} secret {name} ({scope})")
+
+
+@secrets_app.command("list")
+def secrets_list() -> None:
+    """List stored secrets: names, scope and binding, never values."""
+    for entry in _secret_store().listed():
+        typer.echo(
+            f"{entry.name:<24} {entry.principal_id or '(everyone)':<20} "
+            f"{entry.source or '(any source)':<20} updated {entry.updated_at:%Y-%m-%d %H:%M}"
+        )
+
+
+@secrets_app.command("delete")
+def secrets_delete(
+    name: Annotated[str, typer.Argument(help="The secret's name.")],
+    principal: Annotated[
+        str | None, typer.Option(help="The principal's own secret (default: the global one).")
+    ] = None,
+) -> None:
+    """Delete a stored secret."""
+    if not _secret_store().delete(name, principal=principal):
+        raise _fail(
+            f"no secret {name!r} is stored for {principal or 'everyone'}: "
+            "`lockgate secrets list` shows what is.",
+            1,
+        )
+    typer.echo(f"deleted secret {name} ({principal or '(everyone)'})")
+
+
+@secrets_app.command("rotate")
+def secrets_rotate() -> None:
+    """Re-encrypt every stored value under the first key of LOCKGATE_SECRETS_KEY."""
+    from lockgate.machine.errors import LockgateError
+
+    try:
+        count = _secret_store().rotate()
+    except LockgateError as exc:
+        raise _secrets_failed(exc, 2) from None
+    typer.echo(f"re-encrypted {count} secrets under the first key")
