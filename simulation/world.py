@@ -25,7 +25,7 @@ from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.engine import Action
 from lockgate.machine.faults import Faults
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.secrets import StaticSecrets
+from lockgate.machine.secret_store import SecretCipher, StoredSecrets, new_key
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.views import ExecutionView
@@ -37,6 +37,8 @@ from lockgate.simulation.http_notes import notes_api
 #: Passed to the notes tools and the leaking canary tools at dispatch; it must never appear
 #: in any record or log.
 CANARY = "canary-5eb1d0c4-never-store-me"
+#: The secret store's key for every simulated deployment (the store's rows are per run).
+SECRETS_KEY = new_key()
 
 
 @functools.cache
@@ -113,6 +115,7 @@ class World:
         self.http_api = notes_api() if over_http else None
         self.runtimes: list[Runtime] = []
         self.boots = 0
+        self._secrets_stored = False
 
     def boot(self, *, name: str = "sim-a") -> Runtime:
         """Start a new incarnation of instance `name` and run its boot recovery."""
@@ -122,6 +125,7 @@ class World:
                 "database_url": self.database_url,
                 "instance_name": name,
                 "max_duration_secs": 5,
+                "secrets_key": SECRETS_KEY,
                 **self.settings,
             }
         )
@@ -132,10 +136,16 @@ class World:
                 CanarySource(),
                 *([self.http_api.source(self.world_id)] if self.http_api else []),
             ],
-            secrets=StaticSecrets({"notes_token": CANARY, CANARY_TOKEN: CANARY}),
             faults=self.faults,
             clock=self.clock,
         )
+        if not self._secrets_stored:
+            # In the server's own store, encrypted: the canary scan reads its table too, so
+            # a value stored in the clear (or a key that leaked into it) is a violation.
+            store = StoredSecrets(runtime.engine.store.secrets, SecretCipher([SECRETS_KEY]))
+            for name in ("notes_token", CANARY_TOKEN):
+                store.set(name, CANARY)
+            self._secrets_stored = True
         self.runtimes.append(runtime)
         runtime.start(background=False)
         return runtime

@@ -311,3 +311,15 @@ def test_a_write_sent_twice_over_http_is_caught(
     monkeypatch.setattr("lockgate.machine.tools.openapi.authorized_send", twice)
     result = run_plan(by_name("in_doubt_non_idempotent_http"), (), tmp_path)
     assert any("happened 2 times" in v.detail for v in result.violations), result.violations
+
+
+def test_the_canary_scan_reads_the_secret_store_s_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated deployments keep their secrets in the server's encrypted store: a store
+    that kept a value in the clear is found there."""
+    from lockgate.machine.secret_store import SecretCipher
+
+    monkeypatch.setattr(SecretCipher, "encrypt", lambda self, value: value.encode())
+    monkeypatch.setattr(SecretCipher, "decrypt", lambda self, token, name: token.decode())
+    report = sweep([by_name("plain")], only=[])
+    found = [v.detail for run in report.violations for v in run.violations]
+    assert "in table secrets" in found, found
