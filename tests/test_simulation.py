@@ -302,13 +302,13 @@ def test_a_write_sent_twice_over_http_is_caught(
 ) -> None:
     """The effect count reads the HTTP API's own log: an OpenAPI source that sent a write
     twice fails the run (a check that can fail)."""
-    from lockgate.machine.tools.http_calls import authorized_send as real
+    from lockgate.machine.tools.http_calls import send as real
 
     def twice(*args: Any, **kwargs: Any) -> Any:
         real(*args, **kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("lockgate.machine.tools.openapi.authorized_send", twice)
+    monkeypatch.setattr("lockgate.machine.tools.openapi.send", twice)
     result = run_plan(by_name("in_doubt_non_idempotent_http"), (), tmp_path)
     assert any("happened 2 times" in v.detail for v in result.violations), result.violations
 

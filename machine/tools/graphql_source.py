@@ -13,7 +13,6 @@ from an SDL file; calls go over HTTP with the same bounds and credentials as Ope
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from graphql import (
     GraphQLError,
@@ -30,7 +29,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
-from lockgate.machine.tools.http_calls import Auth, HttpLimits, authorized_send, send
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec
 
 #: GraphQL errors a failure quotes at most (the rest are counted).
@@ -91,15 +90,13 @@ class GraphQLOperation:
         return [f"argument 'query': {e.message}" for e in validate(self._source.schema, document)]
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        headers: dict[str, str] = {}
-        query: dict[str, Any] = {}
         body: dict[str, JsonValue] = {"query": arguments["query"]}
         if "variables" in arguments:
             body["variables"] = arguments["variables"]
-        answer = authorized_send(
-            self._source.auth, context.secrets, "POST", self._source.endpoint,
-            f"GraphQL {self.spec.name}", self._source.limits,
-            query=query, headers=headers, body=body, sent=True,
+        answer = send(
+            "POST", self._source.endpoint, f"GraphQL {self.spec.name}", self._source.limits,
+            query={}, headers={}, body=body, sent=True,
+            auth=self._source.auth, secrets=context.secrets,
         )  # fmt: skip
         if not isinstance(answer, dict):
             raise ToolFailed(f"GraphQL {self.spec.name}: the API answered no GraphQL response")
@@ -149,14 +146,16 @@ def schema_by_introspection(
     name: str,
     endpoint: str,
     limits: HttpLimits,
-    headers: Mapping[str, str],
-    query: Mapping[str, Any],
+    auth: Auth | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> GraphQLSchema:
-    """The endpoint's schema, asked of the endpoint itself."""
+    """The endpoint's schema, asked of the endpoint itself (with the source's credential,
+    its secret's value in `secrets`)."""
     try:
         answer = send(
             "POST", endpoint, "GraphQL introspection", limits,
-            query=query, headers=headers, body={"query": get_introspection_query()}, sent=True,
+            query={}, headers={}, body={"query": get_introspection_query()}, sent=True,
+            auth=auth, secrets=secrets,
         )  # fmt: skip
     except ToolFailed as exc:
         raise InvalidToolSource(f"source {name!r}: {exc.message}") from None

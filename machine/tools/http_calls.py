@@ -118,31 +118,6 @@ def client_credentials_token(
     return token
 
 
-def authorized_send(
-    auth: Auth | None,
-    secrets: Mapping[str, str],
-    method: str,
-    url: str,
-    what: str,
-    limits: HttpLimits,
-    *,
-    query: dict[str, Any],
-    headers: dict[str, str],
-    body: JsonValue,
-    sent: bool,
-) -> JsonValue:
-    """`send` with the source's credential on it; a credential derived from the secret (an
-    access token) is scrubbed from the answer and from a failure's message here, since the
-    engine's own scrubbing knows only the secret itself."""
-    derived = auth.apply(secrets[auth.secret], headers, query, limits) if auth else ()
-    scrub = Redactor(derived)
-    try:
-        answer = send(method, url, what, limits, query=query, headers=headers, body=body, sent=sent)
-    except ToolFailed as exc:
-        raise ToolFailed(scrub.redact_text(exc.message)) from None
-    return scrub.redact(answer)
-
-
 @dataclass(frozen=True)
 class Fetched:
     """A successful answer: its text, its media type, and the URL it came from (after any
@@ -218,9 +193,26 @@ def send(
     headers: Mapping[str, str],
     body: JsonValue,
     sent: bool,
+    auth: Auth | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> JsonValue:
-    """One tool call over HTTP (`fetch`); the answer as JSON (or text)."""
-    answer = fetch(method, url, what, limits, query=query, headers=headers, body=body, sent=sent)
+    """One tool call over HTTP (`fetch`), with the source's credential on it (`auth`, its
+    secret's value in `secrets`); the answer as JSON (or text). A credential derived from
+    the secret (an access token) is scrubbed from the answer and from a failure's message
+    here, since the engine's own scrubbing knows only the secret itself."""
+    query, headers = dict(query), dict(headers)
+    derived = auth.apply((secrets or {})[auth.secret], headers, query, limits) if auth else ()
+    scrub = Redactor(derived)
+    try:
+        answer = fetch(
+            method, url, what, limits, query=query, headers=headers, body=body, sent=sent
+        )
+    except ToolFailed as exc:
+        raise ToolFailed(scrub.redact_text(exc.message)) from None
+    return scrub.redact(_parsed(answer))
+
+
+def _parsed(answer: Fetched) -> JsonValue:
     if not answer.text:
         return None
     if "json" in answer.content_type:

@@ -28,7 +28,7 @@ from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.http_calls import Auth, HttpLimits, authorized_send
+from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -112,10 +112,10 @@ class OpenApiOperation:
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
         method = self.method.upper()
-        return authorized_send(
-            self._source.auth, context.secrets, method,
-            self._source.base_url.rstrip("/") + path, f"{method} {path}",
+        return send(
+            method, self._source.base_url.rstrip("/") + path, f"{method} {path}",
             self._source.limits, query=query, headers=headers, body=body, sent=sent,
+            auth=self._source.auth, secrets=context.secrets,
         )  # fmt: skip
 
 

@@ -132,21 +132,16 @@ def _graphql(
         text, _ = _document_text(name, sdl, path.parent, limits)
         schema = schema_from_sdl(name, text)
     else:
-        headers: dict[str, str] = {}
-        query: dict[str, Any] = {}
+        values: dict[str, str] = {}
         if auth is not None:
             store = secrets if secrets is not None else EnvironmentSecrets()
             try:
-                value = store.resolve([auth.secret], source=name)[auth.secret]
+                values = store.resolve([auth.secret], source=name)
             except MissingSecret as exc:
                 raise InvalidToolSource(
                     f"source {name!r}: its introspection needs {exc.message}", hint=exc.hint
                 ) from None
-            try:
-                auth.apply(value, headers, query, limits)
-            except ToolFailed as exc:
-                raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
-        schema = schema_by_introspection(name, endpoint, limits, headers, query)
+        schema = schema_by_introspection(name, endpoint, limits, auth, values)
     return GraphQLSource(name, endpoint, schema, limits=limits, auth=auth)
 
 
