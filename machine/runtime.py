@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -72,6 +72,14 @@ def configured_sources(
     return chosen
 
 
+def close_sources(sources: Iterable[ToolSource]) -> None:
+    """Let go of what sources hold open (an upstream MCP server's process or connection)."""
+    for source in sources:
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -108,8 +116,7 @@ class Runtime:
         store = SqlStore(prepare_database(settings))
         try:
             if secrets is None:
-                key = settings.secrets_key.get_secret_value() if settings.secrets_key else None
-                stored = StoredSecrets(store.secrets, SecretCipher.from_setting(key))
+                stored = StoredSecrets(store.secrets, SecretCipher.from_settings(settings))
                 stored.check_startable()  # stored secrets and no key: refuse to start
                 secrets = stored
             chosen = configured_sources(settings, sources, secrets)
@@ -309,8 +316,4 @@ class Runtime:
         self.close_sources()
 
     def close_sources(self) -> None:
-        """Let go of what sources hold open (an upstream MCP server's process or connection)."""
-        for source in self.sources:
-            close = getattr(source, "close", None)
-            if callable(close):
-                close()
+        close_sources(self.sources)

@@ -25,6 +25,7 @@ from lockgate.machine.db.schema import StoredSecret
 from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
+from lockgate.machine.settings import Settings
 
 KEY_SETTING = "LOCKGATE_SECRETS_KEY"
 
@@ -58,8 +59,10 @@ class SecretCipher:
         self._fernet = MultiFernet(fernets)
 
     @classmethod
-    def from_setting(cls, text: str | None) -> SecretCipher | None:
-        keys = [k for k in (text or "").split(",") if k.strip()]
+    def from_settings(cls, settings: Settings) -> SecretCipher | None:
+        """The cipher of LOCKGATE_SECRETS_KEY, or None when it is not set."""
+        text = settings.secrets_key.get_secret_value() if settings.secrets_key else ""
+        keys = [k for k in text.split(",") if k.strip()]
         return cls(keys) if keys else None
 
     def encrypt(self, value: str) -> bytes:

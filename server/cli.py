@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from lockgate.machine.bindings import binding_names
+from lockgate.server.cli_admin import fail as _fail
 from lockgate.server.cli_admin import keys_app, policy_app, secrets_app
 from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
@@ -35,11 +36,6 @@ app.add_typer(db_app, name="db")
 #: The repository's diagrams/, for `lockgate diagrams` run from its root (`make diagrams`):
 #: relative to where it runs, because an installed package has no such folder beside it.
 DEFAULT_DIAGRAMS = Path("diagrams")
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(message, err=True)
-    return typer.Exit(code)
 
 
 @spec_app.command("check")

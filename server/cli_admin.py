@@ -8,9 +8,15 @@ from typing import Annotated, Any
 import typer
 
 
-def _fail(message: str, code: int) -> typer.Exit:
+def fail(message: str, code: int) -> typer.Exit:
+    """The message on stderr, and the exit with `code` to raise (for every command)."""
     typer.echo(message, err=True)
     return typer.Exit(code)
+
+
+def _failed(exc: Any, code: int) -> typer.Exit:
+    """A LockgateError in one line: what happened, then what to do."""
+    return fail(exc.message + (f" {exc.hint}" if exc.hint else ""), code)
 
 
 keys_app = typer.Typer(help="Manage API keys (one principal per name).", no_args_is_help=True)
@@ -35,7 +41,7 @@ def keys_create(
     try:
         issued = _keys().create(principal)
     except LockgateError as exc:
-        raise _fail(exc.message, 2) from None
+        raise fail(exc.message, 2) from None
     typer.echo(
         f"key id:    {issued.id}\nprincipal: {issued.principal_id}\nkey:       "
         f"{issued.secret}\n(store it now: it is not shown again)"
@@ -58,7 +64,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id to revoke
     try:
         key = _keys().revoke(key_id)
     except LockgateError as exc:
-        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+        raise _failed(exc, 1) from None
     typer.echo(f"revoked {key.id} ({key.principal_id})")
 
 
@@ -105,7 +111,7 @@ def policy_add(
     try:
         stored = _policy_rules().add(pattern, decision, condition=when, principal=principal)
     except LockgateError as exc:
-        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 2) from None
+        raise _failed(exc, 2) from None
     verb = "added" if stored.added else "already stored as"
     typer.echo(f"{verb} {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
 
@@ -136,7 +142,7 @@ def policy_list(
     for stored in rules.listed(principal):
         typer.echo(f"{stored.id:<12}  {_scope(stored.principal_id)}  {stored.rule}")
     if tools:
-        from lockgate.machine.runtime import configured_sources
+        from lockgate.machine.runtime import close_sources, configured_sources
         from lockgate.machine.settings import Settings
         from lockgate.machine.tools.registry import ToolRegistry
 
@@ -149,10 +155,7 @@ def policy_list(
             for name, decision in rules.effective(registry, principal):
                 typer.echo(f"  {name:<40} {decision.value}")
         finally:
-            for source in sources:
-                close = getattr(source, "close", None)
-                if callable(close):
-                    close()
+            close_sources(sources)
 
 
 @policy_app.command("remove")
@@ -163,7 +166,7 @@ def policy_remove(rule_id: Annotated[str, typer.Argument(help="The rule's id.")]
     try:
         stored = _policy_rules().remove(rule_id)
     except LockgateError as exc:
-        raise _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), 1) from None
+        raise _failed(exc, 1) from None
     typer.echo(f"removed {stored.id}  {_scope(stored.principal_id)}  {stored.rule}")
 
 
@@ -180,14 +183,9 @@ def _secret_store() -> Any:
     from lockgate.machine.settings import Settings
 
     settings = Settings()
-    key = settings.secrets_key.get_secret_value() if settings.secrets_key else None
     return StoredSecrets(
-        SqlStore(prepare_database(settings)).secrets, SecretCipher.from_setting(key)
+        SqlStore(prepare_database(settings)).secrets, SecretCipher.from_settings(settings)
     )
-
-
-def _secrets_failed(exc: Any, code: int) -> typer.Exit:
-    return _fail(exc.message + (f" {exc.hint}" if exc.hint else ""), code)
 
 
 @secrets_app.command("key")
@@ -221,7 +219,7 @@ def secrets_set(
             check_principal(principal)
         new = _secret_store().set(name, value, principal=principal, source=source)
     except LockgateError as exc:
-        raise _secrets_failed(exc, 2) from None
+        raise _failed(exc, 2) from None
     scope = f"{principal or '(everyone)'}, {f'source {source}' if source else 'any source'}"
     typer.echo(f"{'stored' if new else 'replaced'} secret {name} ({scope})")
 
@@ -245,7 +243,7 @@ def secrets_delete(
 ) -> None:
     """Delete a stored secret."""
     if not _secret_store().delete(name, principal=principal):
-        raise _fail(
+        raise fail(
             f"no secret {name!r} is stored for {principal or 'everyone'}: "
             "`lockgate secrets list` shows what is.",
             1,
@@ -261,5 +259,5 @@ def secrets_rotate() -> None:
     try:
         count = _secret_store().rotate()
     except LockgateError as exc:
-        raise _secrets_failed(exc, 2) from None
+        raise _failed(exc, 2) from None
     typer.echo(f"re-encrypted {count} secrets under the first key")
