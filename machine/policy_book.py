@@ -32,11 +32,16 @@ def rule_of(row: PolicyRuleRow) -> PolicyRule:
     )
 
 
+def with_stored(configured: Policy, rows: Sequence[PolicyRuleRow]) -> Policy:
+    """The configured rules and the stored `rows`, weighed together."""
+    return configured + Policy(rule_of(row) for row in rows)
+
+
 class PolicyBook:
     def __init__(
         self,
         configured: Policy,
-        stored: Callable[[str], Sequence[PolicyRuleRow]] | None = None,
+        stored: Callable[[str | None], Sequence[PolicyRuleRow]] | None = None,
         refresh_secs: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -57,7 +62,7 @@ class PolicyBook:
             if cached is not None and cached[0] > now:
                 self._cache.move_to_end(principal)
                 return cached[1]
-        policy = self.configured + Policy(rule_of(row) for row in self._stored(principal))
+        policy = with_stored(self.configured, self._stored(principal))
         with self._lock:
             self._cache[principal] = (now + self._refresh, policy)
             self._cache.move_to_end(principal)
@@ -78,4 +83,4 @@ def as_book(policy: Policy | PolicyBook) -> PolicyBook:
     return policy if isinstance(policy, PolicyBook) else PolicyBook(policy)
 
 
-__all__ = ["CACHED_PRINCIPALS", "PolicyBook", "as_book", "rule_of"]
+__all__ = ["CACHED_PRINCIPALS", "PolicyBook", "as_book", "rule_of", "with_stored"]

@@ -13,7 +13,7 @@ from lockgate.machine.db.schema import PolicyRuleRow
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.policy import InvalidPolicy, Policy, PolicyDecision, PolicyRule
-from lockgate.machine.policy_book import PolicyBook, rule_of
+from lockgate.machine.policy_book import rule_of, with_stored
 from lockgate.machine.tools.registry import ToolRegistry
 from lockgate.server.keys import check_principal
 
@@ -93,17 +93,7 @@ class PolicyRules:
     ) -> list[tuple[str, PolicyDecision]]:
         """Each tool's call name with the decision a call by `principal` meets (for no
         principal: the configured and global rules only)."""
-        book = PolicyBook(
-            self.configured,
-            self.store.policies.applying_to,
-            refresh_secs=0,
-        )
-        if principal is None:
-            policy = self.configured + Policy(
-                rule_of(row) for row in self.store.policies.all() if row.principal_id is None
-            )
-        else:
-            policy = book.for_principal(principal)
+        policy = with_stored(self.configured, self.store.policies.applying_to(principal))
         return [(spec.call_name, policy.decide(spec)) for spec in registry.describe("")]
 
 

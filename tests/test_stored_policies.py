@@ -126,7 +126,7 @@ class FakeRules:
         self.rows: list[PolicyRuleRow] = []
         self.reads = 0
 
-    def __call__(self, principal: str) -> list[PolicyRuleRow]:
+    def __call__(self, principal: str | None) -> list[PolicyRuleRow]:
         self.reads += 1
         return [r for r in self.rows if r.principal_id in (None, principal)]
 

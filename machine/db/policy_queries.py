@@ -7,10 +7,9 @@ of its own here, not a `SqlStore.commit`.
 
 from __future__ import annotations
 
-from sqlalchemy.sql.elements import ColumnElement
-from sqlmodel import col, or_, select
+from sqlmodel import col, select
 
-from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.queries import Queries, applies_to, same_value
 from lockgate.machine.db.schema import PolicyRuleRow
 
 
@@ -22,9 +21,9 @@ class PolicyQueries(Queries):
         with self._writing() as s:
             same = s.exec(
                 select(PolicyRuleRow).where(
-                    _principal_is(row.principal_id),
+                    same_value(col(PolicyRuleRow.principal_id), row.principal_id),
                     PolicyRuleRow.pattern == row.pattern,
-                    _condition_is(row.condition),
+                    same_value(col(PolicyRuleRow.condition), row.condition),
                 )
             ).first()
             if same is not None:
@@ -53,28 +52,14 @@ class PolicyQueries(Queries):
                 )
             )
 
-    def applying_to(self, principal_id: str) -> list[PolicyRuleRow]:
-        """The global rules and `principal_id`'s own (index on `principal_id`)."""
+    def applying_to(self, principal_id: str | None) -> list[PolicyRuleRow]:
+        """The global rules and `principal_id`'s own (for None: the global ones only; index
+        on `principal_id`)."""
         with self._session() as s:
             return list(
                 s.exec(
                     select(PolicyRuleRow)
-                    .where(
-                        or_(
-                            col(PolicyRuleRow.principal_id).is_(None),
-                            PolicyRuleRow.principal_id == principal_id,
-                        )
-                    )
+                    .where(applies_to(col(PolicyRuleRow.principal_id), principal_id))
                     .order_by(col(PolicyRuleRow.created_at))
                 )
             )
-
-
-def _principal_is(principal_id: str | None) -> ColumnElement[bool]:
-    column = col(PolicyRuleRow.principal_id)
-    return column.is_(None) if principal_id is None else column == principal_id
-
-
-def _condition_is(condition: str | None) -> ColumnElement[bool]:
-    column = col(PolicyRuleRow.condition)
-    return column.is_(None) if condition is None else column == condition

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, or_
+from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session
 
 from lockgate.machine.db.connect import reader
@@ -39,3 +41,17 @@ class Queries:
         statement."""
         with self._writer, Session(self.engine, expire_on_commit=False) as s, s.begin():
             yield s
+
+
+def same_value(column: Any, value: str | None) -> ColumnElement[bool]:
+    """`column` holds `value`, None matching NULL (SQL's `=` never matches NULL): a
+    principal's own row or everyone's, a rule's condition or none."""
+    held: ColumnElement[bool] = column.is_(None) if value is None else column == value
+    return held
+
+
+def applies_to(column: Any, principal_id: str | None) -> ColumnElement[bool]:
+    """A row for everyone, or `principal_id`'s own (for None: everyone's only)."""
+    if principal_id is None:
+        return same_value(column, None)
+    return or_(column.is_(None), column == principal_id)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy.sql.elements import ColumnElement
-from sqlmodel import col, or_, select
+from sqlmodel import Session, col, select
 
-from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.queries import Queries, applies_to, same_value
 from lockgate.machine.db.schema import StoredSecret
 
 
-def _principal_is(principal_id: str | None) -> ColumnElement[bool]:
-    column = col(StoredSecret.principal_id)
-    return column.is_(None) if principal_id is None else column == principal_id
+def _in_scope(s: Session, name: str, principal_id: str | None) -> StoredSecret | None:
+    """The secret of that name for exactly that scope (a principal's, or everyone's)."""
+    scope = same_value(col(StoredSecret.principal_id), principal_id)
+    return s.exec(select(StoredSecret).where(scope, StoredSecret.name == name)).first()
 
 
 class SecretQueries(Queries):
@@ -26,11 +26,7 @@ class SecretQueries(Queries):
         """Store `row`, replacing the value (and binding) of the secret of that name and
         scope if there is one; True when it is new."""
         with self._writing() as s:
-            same = s.exec(
-                select(StoredSecret).where(
-                    _principal_is(row.principal_id), StoredSecret.name == row.name
-                )
-            ).first()
+            same = _in_scope(s, row.name, row.principal_id)
             if same is None:
                 s.add(row)
                 return True
@@ -45,9 +41,7 @@ class SecretQueries(Queries):
     def delete(self, name: str, principal_id: str | None) -> bool:
         """Delete the secret of that name and scope; False when there is none."""
         with self._writing() as s:
-            row = s.exec(
-                select(StoredSecret).where(_principal_is(principal_id), StoredSecret.name == name)
-            ).first()
+            row = _in_scope(s, name, principal_id)
             if row is None:
                 return False
             s.delete(row)
@@ -70,14 +64,7 @@ class SecretQueries(Queries):
         """The global secrets of these names, and `principal_id`'s own (index on `name`)."""
         if not names:
             return []
-        scope = (
-            col(StoredSecret.principal_id).is_(None)
-            if principal_id is None
-            else or_(
-                col(StoredSecret.principal_id).is_(None),
-                StoredSecret.principal_id == principal_id,
-            )
-        )
+        scope = applies_to(col(StoredSecret.principal_id), principal_id)
         with self._session() as s:
             return list(
                 s.exec(select(StoredSecret).where(col(StoredSecret.name).in_(names), scope))
