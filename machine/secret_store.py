@@ -72,22 +72,23 @@ class SecretCipher:
         try:
             return self._fernet.decrypt(token).decode()
         except InvalidToken:
-            raise SecretKeyProblem(
-                f"secret {name!r} cannot be decrypted with any key of {KEY_SETTING}",
-                hint="Put back the key it was stored under (first or not), or set it again.",
-            ) from None
+            raise _undecryptable(name, "or set it again") from None
 
     def rotate(self, token: bytes, name: str) -> bytes:
         try:
             return self._fernet.rotate(token)
         except InvalidToken:
-            raise SecretKeyProblem(
-                f"secret {name!r} cannot be decrypted with any key of {KEY_SETTING}",
-                hint="Put back the key it was stored under, then rotate again.",
-            ) from None
+            raise _undecryptable(name, "then rotate again") from None
 
     def __repr__(self) -> str:  # never the keys
         return "SecretCipher(...)"
+
+
+def _undecryptable(name: str, then: str) -> SecretKeyProblem:
+    return SecretKeyProblem(
+        f"secret {name!r} cannot be decrypted with any key of {KEY_SETTING}",
+        hint=f"Put back the key it was stored under (first or not), {then}.",
+    )
 
 
 @dataclass(frozen=True)

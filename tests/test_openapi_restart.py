@@ -6,14 +6,13 @@ idempotency key."""
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.http_api import ItemsApi, RunningApi, serve
+from tests.support.http_api import ItemsApi, RunningApi, serve, sources_file
 from tests.support.servers import (
     Deployment,
     create_key_directly,
@@ -37,11 +36,7 @@ def api_fixture() -> Iterator[RunningApi]:
 def test_a_paused_openapi_write_survives_sigkill_and_completes_from_another_session(
     deployment: Deployment, api: RunningApi, tmp_path: Path
 ) -> None:
-    (tmp_path / "items.json").write_text(json.dumps(api.document))
-    sources = tmp_path / "sources.toml"
-    sources.write_text(
-        f'[[openapi]]\nname = "items"\ndocument = "items.json"\nbase_url = "{api.url}"\n'
-    )
+    sources = sources_file(tmp_path, api)
     key = create_key_directly(deployment.database_url, "alice")
     first = deployment.start(name="first", LOCKGATE_SOURCES_FILE=str(sources))
 

@@ -6,7 +6,6 @@ before any pause, HTTP failures and limits reaching the code in words, the sourc
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,22 +24,12 @@ from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus
 from tests.support.canary import CANARY
 from tests.support.engine_records import MakeRuntime, caught, restart
-from tests.support.http_api import ItemsApi, RunningApi, serve
+from tests.support.http_api import ItemsApi, RunningApi, serve, sources_file
 
 
 @pytest.fixture(name="api")
 def api_fixture() -> Iterator[RunningApi]:
     yield from serve(ItemsApi())
-
-
-def sources_file(tmp_path: Path, api: RunningApi, **extra: str) -> Path:
-    """`extra`: more keys of the [[openapi]] table, each a TOML value written as is."""
-    (tmp_path / "items.json").write_text(json.dumps(api.document))
-    lines = ["[[openapi]]", 'name = "items"', 'document = "items.json"', f'base_url = "{api.url}"']
-    lines += [f"{key} = {value}" for key, value in extra.items()]
-    path = tmp_path / "sources.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def runtime_on(

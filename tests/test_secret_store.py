@@ -8,7 +8,6 @@ Two principals throughout: each one's calls carry its own credential, never the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from lockgate.machine.settings import Settings
 from lockgate.server import cli
 from lockgate.spec import ExecutionStatus
 from tests.support.engine_records import MakeRuntime, caught
-from tests.support.http_api import ItemsApi, RunningApi, serve
+from tests.support.http_api import ItemsApi, RunningApi, serve, sources_file
 
 ALICE_TOKEN = "alice-token-7f3a9c1e5b"
 BOB_TOKEN = "bob-token-2d8e4f6a0c"
@@ -49,12 +48,7 @@ def api_fixture() -> Iterator[RunningApi]:
 def items_runtime(
     make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, **settings: Any
 ) -> Runtime:
-    (tmp_path / "items.json").write_text(json.dumps(api.document))
-    path = tmp_path / "sources.toml"
-    path.write_text(
-        f'[[openapi]]\nname = "items"\ndocument = "items.json"\nbase_url = "{api.url}"\n'
-        'auth = { bearer = "items_token" }\n'
-    )
+    path = sources_file(tmp_path, api, auth='{ bearer = "items_token" }')
     # secrets=None: the server's own store, as `lockgate serve` builds it.
     return make_runtime(sources_file=path, secrets=None, **settings)
 

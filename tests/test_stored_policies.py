@@ -8,7 +8,6 @@ Two principals throughout: a rule written for one must never reach the other.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from lockgate.machine.tools.spec import ToolSpec
 from lockgate.server.policy_rules import PolicyRules
 from lockgate.spec import ExecutionStatus
 from tests.support.engine_records import MakeRuntime, caught
-from tests.support.http_api import ItemsApi, RunningApi, serve
+from tests.support.http_api import ItemsApi, RunningApi, serve, sources_file
 from tests.support.servers import (
     Deployment,
     mcp_client,
@@ -47,12 +46,8 @@ def api_fixture() -> Iterator[RunningApi]:
 def items_runtime(
     make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi, **settings: Any
 ) -> Runtime:
-    (tmp_path / "items.json").write_text(json.dumps(api.document))
-    path = tmp_path / "sources.toml"
-    path.write_text(
-        f'[[openapi]]\nname = "items"\ndocument = "items.json"\nbase_url = "{api.url}"\n'
-    )
     # Refreshed at every decision: these tests add rules and expect them at once.
+    path = sources_file(tmp_path, api)
     return make_runtime(sources_file=path, policy_refresh_secs=0, **settings)
 
 

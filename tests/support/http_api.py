@@ -7,9 +7,11 @@ It keeps what its writes did in `effects`, so a test can count each effect exact
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -173,3 +175,14 @@ def serve(api: ItemsApi) -> Iterator[RunningApi]:
         api.release.set()
         server.should_exit = True
         thread.join(10)
+
+
+def sources_file(tmp_path: Path, api: RunningApi, **extra: str) -> Path:
+    """A sources file naming `api` as the OpenAPI source `items` (its document beside it).
+    `extra`: more keys of the [[openapi]] table, each a TOML value written as is."""
+    (tmp_path / "items.json").write_text(json.dumps(api.document))
+    lines = ["[[openapi]]", 'name = "items"', 'document = "items.json"', f'base_url = "{api.url}"']
+    lines += [f"{key} = {value}" for key, value in extra.items()]
+    path = tmp_path / "sources.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
