@@ -106,7 +106,13 @@ def _split_condition(target: str) -> tuple[str, str | None]:
     return target, None
 
 
+#: The longest pattern a stored rule keeps (a source and a tool name, each an identifier).
+MAX_PATTERN_CHARS = 300
+
+
 def _pattern_problem(pattern: str) -> str | None:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"pattern {pattern[:60]!r}… is longer than {MAX_PATTERN_CHARS} characters"
     if _PATTERN_RE.fullmatch(pattern):
         return None
     if pattern.startswith("tools."):

@@ -14,6 +14,7 @@ at dispatch, after any approval (`Dispatcher._invoke`), and scrubbed from all it
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +83,38 @@ class SecretCipher:
 
     def __repr__(self) -> str:  # never the keys
         return "SecretCipher(...)"
+
+
+class InvalidSecret(LockgateError):
+    """A secret's name, value or source binding the store cannot keep."""
+
+    code = ErrorCode.INVALID_INPUT
+
+
+#: The names sources give their secrets (`auth = { bearer = "<name>" }`).
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+#: The largest value stored: credentials are far smaller; a file pasted by mistake is not.
+MAX_SECRET_BYTES = 64 * 1024
+
+
+def _check_secret(name: str, value: str, source: str | None) -> None:
+    if not _SECRET_NAME.fullmatch(name):
+        raise InvalidSecret(
+            f"{name[:60]!r} is not a secret name: use letters, digits and _ . - "
+            "(up to 200 characters), as the source's auth names it"
+        )
+    if not value:
+        raise InvalidSecret(f"the value of secret {name!r} is empty")
+    if len(value.encode()) > MAX_SECRET_BYTES:
+        raise InvalidSecret(
+            f"the value of secret {name!r} is over {MAX_SECRET_BYTES} bytes: a credential "
+            "is far smaller (was a file given by mistake?)"
+        )
+    if source is not None and not (source.isidentifier() and len(source) <= 200):
+        raise InvalidSecret(
+            f"{source[:60]!r} is not a source name (a Python identifier, as agent code "
+            "calls tools.<source>)"
+        )
 
 
 def _undecryptable(name: str, then: str) -> SecretKeyProblem:
@@ -159,8 +192,7 @@ class StoredSecrets:
                 hint=f"Make a key with `lockgate secrets key` and set {KEY_SETTING} on every "
                 "instance.",
             )
-        if not value:
-            raise SecretKeyProblem(f"the value of secret {name!r} is empty")
+        _check_secret(name, value, source)
         now = datetime.now(UTC)
         return self.queries.put(
             StoredSecret(
@@ -207,6 +239,8 @@ class StoredSecrets:
 
 __all__ = [
     "KEY_SETTING",
+    "MAX_SECRET_BYTES",
+    "InvalidSecret",
     "SecretCipher",
     "SecretEntry",
     "SecretKeyProblem",

@@ -22,6 +22,7 @@ from lockgate.machine.db.store import SqlStore
 from lockgate.machine.engine import Action
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.secret_store import (
+    InvalidSecret,
     SecretCipher,
     SecretKeyProblem,
     StoredSecrets,
@@ -204,3 +205,29 @@ def test_secrets_commands_never_print_a_value(
         "cannot start: secrets are stored in the database but LOCKGATE_SECRETS_KEY is not set"
         in (served.output)
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "source", "problem"),
+    [
+        ("a" * 201, "v", None, "is not a secret name"),
+        ("has space", "v", None, "is not a secret name"),
+        ("tok", "", None, "is empty"),
+        ("tok", "x" * (64 * 1024 + 1), None, "is over 65536 bytes"),
+        ("tok", "v", "not-a-source", "is not a source name"),
+        ("tok", "v", "s" * 201, "is not a source name"),
+    ],
+)
+def test_a_secret_the_store_cannot_keep_is_refused_in_words(
+    make_runtime: MakeRuntime,
+    tmp_path: Path,
+    api: RunningApi,
+    name: str,
+    value: str,
+    source: str | None,
+    problem: str,
+) -> None:
+    rt = items_runtime(make_runtime, tmp_path, api, secrets_key=KEY_A)
+    with pytest.raises(InvalidSecret, match=problem):
+        store_of(rt).set(name, value, source=source)
+    assert rt.engine.store.secrets.all() == []

@@ -16,7 +16,7 @@ import pytest
 
 from lockgate.machine.db.schema import PolicyRuleRow
 from lockgate.machine.engine import Action
-from lockgate.machine.policy import Policy, PolicyDecision
+from lockgate.machine.policy import InvalidPolicy, Policy, PolicyDecision
 from lockgate.machine.policy_book import PolicyBook
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.tools.graphql_source import GraphQLSource, schema_from_sdl
@@ -207,3 +207,13 @@ def test_policy_commands_and_each_principal_s_listing(deployment: Deployment) ->
     removed = deployment.cli("policy", "remove", rule_id)
     assert removed.returncode == 0 and rule_id in removed.stdout
     assert run(listing("alice"))["tools.notes.write"]["policy"] == "require_approval"
+
+
+def test_an_overlong_pattern_is_refused_before_it_is_stored(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = items_runtime(make_runtime, tmp_path, api)
+    rules = PolicyRules(rt.engine.store)
+    with pytest.raises(InvalidPolicy, match="longer than 300 characters"):
+        rules.add("a" * 200 + "." + "b" * 200, "block")
+    assert rules.listed() == []
