@@ -199,7 +199,15 @@ def test_secrets_commands_never_print_a_value(
     runner.invoke(cli.app, ["secrets", "set", "tok"], input=GLOBAL_TOKEN)
     monkeypatch.delenv("LOCKGATE_SECRETS_KEY")
     monkeypatch.setenv("LOCKGATE_NOTES_DIR", str(tmp_path / "notes"))
-    served = runner.invoke(cli.app, ["serve", "--port", "9"])
+    # `serve` configures the process's logging (the root logger's handlers and level) before
+    # it refuses; put them back, or later tests in this worker log into a closed stream.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        served = runner.invoke(cli.app, ["serve", "--port", "9"])
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
     assert served.exit_code == 2, served.output
     assert (
         "cannot start: secrets are stored in the database but LOCKGATE_SECRETS_KEY is not set"
