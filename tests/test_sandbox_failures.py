@@ -101,10 +101,14 @@ def test_time_limit(make: Callable[..., Sandbox]) -> None:
 
 def test_time_limit_counts_the_whole_execution(make: Callable[..., Sandbox]) -> None:
     sb = make(max_duration_secs=0.5)
+    # About 50 ms of work between calls here (Monty runs about 20 million of these loop
+    # steps a second), 5 s in all: the limit falls well inside, after several calls, on a
+    # machine 5x slower or 5x faster. With a tenth of it the whole ran in about 0.5 s, and
+    # a fast moment finished it under the limit.
     code = textwrap.dedent("""
         for i in range(100):
             t = 0
-            for j in range(100_000):
+            for j in range(1_000_000):
                 t += j
             tools.notes.write(i=i)
     """)
