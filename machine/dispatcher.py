@@ -18,16 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import overload
 
 from pydantic import JsonValue
 
-from lockgate.machine.db.schema import Execution, ToolCall
+from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
+
+# Code imports these from here: the `X as X` form re-exports them (mypy --strict).
+from lockgate.machine.journal_records import CallRecord as CallRecord
+from lockgate.machine.journal_records import ExecutionRecord as ExecutionRecord
+from lockgate.machine.journal_records import principal_of as principal_of
+from lockgate.machine.journal_records import record_of as record_of
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.policy_book import PolicyBook
-from lockgate.machine.records import RowRecord
 from lockgate.machine.sandbox import (
     MONTY_VERSION,
     Raised,
@@ -41,6 +45,7 @@ from lockgate.machine.sandbox import (
 )
 from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
 from lockgate.machine.settings import Settings
+from lockgate.machine.source_book import SourceBook, as_source_book
 from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
@@ -50,6 +55,7 @@ from lockgate.machine.tools.registry import (
     UnknownTool,
     make_idempotency_key,
 )
+from lockgate.machine.tools.spec import Namespace
 from lockgate.machine.values import limit_size, to_json
 from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
@@ -61,26 +67,6 @@ class Action(StrEnum):
     ACCEPT = "accept"
     DECLINE = "decline"
     CANCEL = "cancel"
-
-
-#: An execution and a journal row as the write path moves them, with their typed rows.
-ExecutionRecord = RowRecord[Execution]
-CallRecord = RowRecord[ToolCall]
-
-
-@overload
-def record_of(row: Execution) -> ExecutionRecord: ...
-@overload
-def record_of(row: ToolCall) -> CallRecord: ...
-def record_of(row: Execution | ToolCall) -> ExecutionRecord | CallRecord:
-    if isinstance(row, Execution):
-        return RowRecord.of("execution", row)
-    return RowRecord.of("tool_call", row)
-
-
-def principal_of(ex: ExecutionRecord) -> str:
-    """The principal an execution runs for: its sandbox steps are shared out by it."""
-    return ex.typed.principal_id
 
 
 @dataclass(frozen=True)
@@ -148,7 +134,7 @@ class Dispatcher:
         store: SqlStore,
         write: WritePath,
         sandbox: Sandbox,
-        registry: ToolRegistry,
+        registry: ToolRegistry | SourceBook,
         policy: PolicyBook,
         secrets: SecretStore,
         settings: Settings,
@@ -156,7 +142,9 @@ class Dispatcher:
         handing_back: threading.Event,
     ) -> None:
         self.store, self.write, self.sandbox = store, write, sandbox
-        self.registry, self.policy, self.secrets = registry, policy, secrets
+        #: Each principal's tools (the configured ones, and those stored for it).
+        self.sources = as_source_book(registry)
+        self.policy, self.secrets = policy, secrets
         self.settings, self.clock = settings, clock
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
@@ -176,9 +164,10 @@ class Dispatcher:
         call up to it is replayed from its row, one above it has none."""
         request = suspended.request
         call_id = make_idempotency_key(ex.id, seq)
+        registry = self.sources.registry_for(principal_of(ex))
         try:
-            tool = self.registry.get(request.name)
-            arguments = self.registry.validate_arguments(
+            tool = registry.get(request.name)
+            arguments = registry.validate_arguments(
                 request.name, dict(request.kwargs), list(request.args)
             )
         except (UnknownTool, InvalidArguments) as exc:
@@ -266,7 +255,7 @@ class Dispatcher:
         while True:
             status = call.status
             if status == C.REQUESTED:
-                tool = self.registry.get(tool_name)
+                tool = self._tool(ex, tool_name)
                 decision = self.policy.decide(tool.spec, principal_of(ex))
                 if decision is PolicyDecision.BLOCK:
                     self.write.apply(Step(call, "block"), fence=ex, carried=carried)
@@ -289,7 +278,26 @@ class Dispatcher:
         self, ex: ExecutionRecord, snapshot: bytes, outcome: ToolOutcome
     ) -> SandboxStep:
         self.go_on()
-        return self.sandbox.resume(snapshot, outcome, principal=principal_of(ex))
+        principal = principal_of(ex)
+        return self.sandbox.resume(
+            snapshot, outcome, principal=principal, namespace=self._namespace(principal)
+        )
+
+    def start_sandbox(self, ex: ExecutionRecord) -> SandboxStep:
+        """Run a new execution's code to its first step, with its principal's tools."""
+        self.go_on()
+        principal = principal_of(ex)
+        return self.sandbox.start(
+            ex.typed.code, principal=principal, namespace=self._namespace(principal)
+        )
+
+    def _namespace(self, principal: str) -> Namespace | None:
+        """The tools `principal`'s code finds (None: the sandbox's own, every principal's)."""
+        registry = self.sources.registry_for(principal)
+        return None if registry is self.sources.base else registry.frozen_namespace()
+
+    def _tool(self, ex: ExecutionRecord, name: str) -> Tool:
+        return self.sources.tool_for(principal_of(ex), name)
 
     def go_on(self) -> None:
         """Before work a drain must not wait for (a sandbox step, a dispatch): hand back."""
@@ -340,7 +348,7 @@ class Dispatcher:
     def _dispatch(self, ex: ExecutionRecord, call: CallRecord, opening: _Opening) -> ToolOutcome:
         """Intent first: the dispatch commits (with the call's approval and row when they are
         new), then the tool runs, then its result commits."""
-        tool = self.registry.get(call.typed.tool)
+        tool = self._tool(ex, call.typed.tool)
         steps = list(opening.steps)
         if call.status == C.REQUESTED:
             steps.append(Step(call, "auto_approve"))

@@ -26,7 +26,6 @@ from lockgate.machine.dispatcher import (
     Dispatcher,
     ExecutionRecord,
     HandBack,
-    principal_of,
     record_of,
 )
 from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
@@ -109,8 +108,7 @@ class Driver:
             if call is None:
                 raise RuntimeError(f"execution {ex.id}: checkpoint names a missing call {at}")
             return self.dispatcher.advance(ex, record_of(call), snapshot), at
-        self.dispatcher.go_on()
-        return self.sandbox.start(ex.typed.code, principal=principal_of(ex)), 0
+        return self.dispatcher.start_sandbox(ex), 0
 
     def drive(self, ex: ExecutionRecord, first: FirstStep, *, new: bool = False) -> None:
         """Drive the execution, failing it (not the server) on an unexpected error. `new`:

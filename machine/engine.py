@@ -48,6 +48,7 @@ from lockgate.machine.sandbox import (
 )
 from lockgate.machine.secrets import SecretStore
 from lockgate.machine.settings import Settings
+from lockgate.machine.source_book import SourceBook
 from lockgate.machine.tools.registry import ToolRegistry, make_idempotency_key
 from lockgate.machine.views import ExecutionView
 from lockgate.machine.write_path import Step, WritePath
@@ -63,7 +64,7 @@ class Engine:
         store: SqlStore,
         write: WritePath,
         sandbox: Sandbox,
-        registry: ToolRegistry,
+        registry: ToolRegistry | SourceBook,
         policy: Policy | PolicyBook,
         secrets: SecretStore,
         settings: Settings,

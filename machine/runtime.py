@@ -11,9 +11,10 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from lockgate.machine.db.migrate import prepare_database
 from lockgate.machine.db.store import SqlStore
@@ -29,11 +30,17 @@ from lockgate.machine.secret_store import SecretCipher, StoredSecrets
 from lockgate.machine.secrets import SecretStore
 from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
+from lockgate.machine.source_book import SourceBook
+from lockgate.machine.source_catalog import SourceCatalog
+from lockgate.machine.tools.admin_source import AdminSource
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.tools.plugins import installed_sources
 from lockgate.machine.tools.registry import ToolRegistry, ToolSource
 from lockgate.machine.write_path import WritePath
 from lockgate.spec.session_lease import LeasePolicy
+
+if TYPE_CHECKING:
+    from lockgate.machine.tools.http_calls import HttpLimits
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -57,27 +64,51 @@ def configured_sources(
     if settings.sources_file is not None:  # the operator's, next to those given
         # Imported here: the source kinds (GraphQL, OpenAPI, MCP) cost a boot without
         # a sources file nothing.
-        from lockgate.machine.tools.http_calls import HttpLimits
         from lockgate.machine.tools.source_file import load_sources
 
-        chosen += load_sources(
-            settings.sources_file,
-            HttpLimits(
-                timeout_secs=settings.http_timeout_secs,
-                max_response_bytes=settings.http_max_response_bytes,
-                max_redirects=settings.http_max_redirects,
-            ),
-            secrets,
-        )
+        chosen += load_sources(settings.sources_file, http_limits(settings), secrets)
     return chosen
 
 
-def close_sources(sources: Iterable[ToolSource]) -> None:
-    """Let go of what sources hold open (an upstream MCP server's process or connection)."""
-    for source in sources:
-        close = getattr(source, "close", None)
-        if callable(close):
-            close()
+def http_limits(settings: Settings) -> HttpLimits:
+    from lockgate.machine.tools.http_calls import HttpLimits  # only once a source calls out
+
+    return HttpLimits(
+        timeout_secs=settings.http_timeout_secs,
+        max_response_bytes=settings.http_max_response_bytes,
+        max_redirects=settings.http_max_redirects,
+    )
+
+
+def source_catalog(
+    settings: Settings,
+    store: SqlStore,
+    configured: list[ToolSource],
+    secrets: SecretStore,
+    *,
+    admin: AdminSource | None = None,
+) -> SourceCatalog:
+    """The stored sources (and the book serving each principal's tools) on top of the
+    `configured` ones; `admin`, the `tools.lockgate` source among them, works on it."""
+    # Made first, built through the catalog made next (each needs the other).
+    builder: list[SourceCatalog] = []
+    book = SourceBook(
+        configured,
+        store.sources,
+        lambda row: builder[0].build(row),
+        settings.sources_refresh_secs,
+    )
+    catalog = SourceCatalog(
+        store.sources,
+        book,
+        http_limits(settings),
+        secrets,
+        settings.max_sources_per_principal,
+    )
+    builder.append(catalog)
+    if admin is not None:
+        admin.bind(catalog)
+    return catalog
 
 
 @dataclass
@@ -87,7 +118,9 @@ class Runtime:
     lease: InstanceLease
     recovery: Recovery
     sandbox: Sandbox
+    #: The configured sources (every principal's), and the stored ones (`catalog.book`).
     sources: list[ToolSource]
+    catalog: SourceCatalog
     registry: ToolRegistry
     sessions: Sessions
     ledger: Ledger
@@ -119,13 +152,13 @@ class Runtime:
                 stored = StoredSecrets(store.secrets, SecretCipher.from_settings(settings))
                 stored.check_startable()  # stored secrets and no key: refuse to start
                 secrets = stored
-            chosen = configured_sources(settings, sources, secrets)
+            admin = AdminSource()
+            chosen = [*configured_sources(settings, sources, secrets), admin]
+            catalog = source_catalog(settings, store, chosen, secrets, admin=admin)
         except Exception:
             store.engine.dispose()  # a runtime that cannot start holds no connection
             raise
-        registry = ToolRegistry()
-        for source in chosen:
-            registry.register(source)
+        registry = catalog.book.base
         sandbox = Sandbox(
             registry.namespace(),
             SandboxLimits(
@@ -157,7 +190,7 @@ class Runtime:
             store=store,
             write=write,
             sandbox=sandbox,
-            registry=registry,
+            registry=catalog.book,
             policy=PolicyBook(
                 Policy.from_text(settings.policy),
                 store.policies.applying_to,
@@ -193,6 +226,7 @@ class Runtime:
             recovery=recovery,
             sandbox=sandbox,
             sources=chosen,
+            catalog=catalog,
             registry=registry,
             sessions=sessions,
             ledger=ledger,
@@ -316,4 +350,4 @@ class Runtime:
         self.close_sources()
 
     def close_sources(self) -> None:
-        close_sources(self.sources)
+        self.catalog.book.close()

@@ -33,6 +33,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
 from pydantic_monty import (
@@ -69,6 +70,10 @@ from lockgate.machine.sandbox_snapshots import (
 )
 from lockgate.machine.sandbox_step import OS_POLICY, PRELUDE, StepDriver, StepLogs, tool_result
 from lockgate.machine.sandbox_workers import Spawner, bound_worker_binary
+from lockgate.machine.tools.spec import Namespace
+
+#: The most namespaces (principals with sources of their own) whose declarations are kept.
+CACHED_NAMESPACES = 64
 
 __all__ = [
     "MONTY_VERSION",
@@ -114,6 +119,8 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.namespace = {source: tuple(tools) for source, tools in namespace.items()}
         self._driver = StepDriver(self.namespace, self.limits)
+        #: Drivers for other namespaces (principals with sources of their own), by namespace.
+        self._drivers: OrderedDict[Namespace, StepDriver] = OrderedDict()
         #: One slot per worker: a step holding a slot always finds a worker free.
         self.slots = FairSlots(max_processes, max_per_principal or max_processes)
         self._spawner = Spawner()
@@ -190,8 +197,24 @@ class Sandbox:
             with self._lock:
                 self._workers.pop(id(session), None)
 
+    def _driver_for(self, namespace: Namespace | None) -> StepDriver:
+        """The driver declaring `namespace` (None: the sandbox's own)."""
+        if namespace is None:
+            return self._driver
+        with self._lock:
+            driver = self._drivers.get(namespace)
+            if driver is not None:
+                self._drivers.move_to_end(namespace)
+                return driver
+        driver = StepDriver(dict(namespace), self.limits)
+        with self._lock:
+            self._drivers[namespace] = driver
+            while len(self._drivers) > CACHED_NAMESPACES:
+                self._drivers.popitem(last=False)
+        return driver
+
     @contextlib.contextmanager
-    def _checkout(self) -> Iterator[MontySession]:
+    def _checkout(self, driver: StepDriver) -> Iterator[MontySession]:
         """A session on a worker of its own (taken from the pool, or forked for it)."""
         if self._stopped:
             raise SandboxStopped()
@@ -204,7 +227,7 @@ class Sandbox:
         for attempt in range(self.slots.capacity + 1):
             session = self._pool.checkout(
                 limits=self.limits.resource_limits(),
-                external_modules=self._driver.modules,
+                external_modules=driver.modules,
                 os_policy=OS_POLICY,
             )
             # Entering may fork a worker, so on the spawner thread (see Spawner). It does
@@ -223,27 +246,44 @@ class Sandbox:
             raise
         session.__exit__(None, None, None)
 
-    def start(self, code: str, *, principal: str) -> Step:
-        """Run `code` (on behalf of `principal`) until its first tool call, its end, or a
-        failure."""
+    def start(self, code: str, *, principal: str, namespace: Namespace | None = None) -> Step:
+        """Run `code` (on behalf of `principal`, with the tools of `namespace`: by default
+        the sandbox's own) until its first tool call, its end, or a failure."""
         logs = StepLogs(self.limits.max_log_chars)
-        with self.slots.acquire(principal), self._checkout() as session, self._tracked(session):
+        driver = self._driver_for(namespace)
+        with (
+            self.slots.acquire(principal),
+            self._checkout(driver) as session,
+            self._tracked(session),
+        ):
 
             def advance() -> SyncSnapshot:
                 session.feed_run(PRELUDE)
                 return session.feed_start(code, print_callback=logs)
 
-            return self._driver.run(advance, 0, logs, stopped=lambda: self._stopped)
+            return driver.run(advance, 0, logs, stopped=lambda: self._stopped)
 
-    def resume(self, sealed: bytes, outcome: ToolOutcome, *, principal: str) -> Step:
+    def resume(
+        self,
+        sealed: bytes,
+        outcome: ToolOutcome,
+        *,
+        principal: str,
+        namespace: Namespace | None = None,
+    ) -> Step:
         """Answer the pending tool call of a sealed snapshot and run to the next step (on
-        behalf of `principal`).
+        behalf of `principal`, with the tools of `namespace`: by default the sandbox's own).
 
         Raises RuntimeMismatch or SnapshotCorrupt, before running any of the code.
         """
         dump, calls = unseal(sealed)
         logs = StepLogs(self.limits.max_log_chars)
-        with self.slots.acquire(principal), self._checkout() as session, self._tracked(session):
+        driver = self._driver_for(namespace)
+        with (
+            self.slots.acquire(principal),
+            self._checkout(driver) as session,
+            self._tracked(session),
+        ):
 
             def advance() -> SyncSnapshot:
                 try:
@@ -254,4 +294,4 @@ class Sandbox:
                     raise SnapshotCorrupt("it is not paused at a tool call")
                 return pending.resume(tool_result(outcome))
 
-            return self._driver.run(advance, calls, logs, stopped=lambda: self._stopped)
+            return driver.run(advance, calls, logs, stopped=lambda: self._stopped)

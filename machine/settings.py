@@ -116,6 +116,19 @@ class Settings(BaseSettings):
         description="How long an instance uses the stored policy rules it read before reading "
         "them again: a rule added on any instance applies everywhere within this time.",
     )
+    sources_refresh_secs: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long an instance uses the stored sources it read for a principal "
+        "before checking again: a source added or removed on any instance is served "
+        "everywhere within this time.",
+    )
+    max_sources_per_principal: int = Field(
+        default=20,
+        ge=0,
+        description="Sources one principal may add for itself (tools.lockgate.add_*_source); "
+        "the operator's global ones do not count.",
+    )
     host: str = Field(
         default="127.0.0.1",
         description="Address `lockgate serve` binds. Any non-loopback address requires API keys "

@@ -18,6 +18,7 @@ import typer
 from lockgate.machine.bindings import binding_names
 from lockgate.server.cli_admin import fail as _fail
 from lockgate.server.cli_admin import keys_app, policy_app, secrets_app
+from lockgate.server.cli_sources import sources_app
 from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
 if TYPE_CHECKING:
@@ -195,6 +196,7 @@ def simulate(
 app.add_typer(keys_app, name="keys")
 app.add_typer(policy_app, name="policy")
 app.add_typer(secrets_app, name="secrets")
+app.add_typer(sources_app, name="sources")
 
 
 def is_loopback(host: str) -> bool:

@@ -1,5 +1,6 @@
 """The operator's administration commands: `lockgate keys`, `lockgate policy` and
-`lockgate secrets` (each opens the configured database; none starts a server)."""
+`lockgate secrets` (each opens the configured database; none starts a server).
+`lockgate sources` is in `server/cli_sources.py`."""
 
 from __future__ import annotations
 
@@ -142,20 +143,13 @@ def policy_list(
     for stored in rules.listed(principal):
         typer.echo(f"{stored.id:<12}  {_scope(stored.principal_id)}  {stored.rule}")
     if tools:
-        from lockgate.machine.runtime import close_sources, configured_sources
-        from lockgate.machine.settings import Settings
-        from lockgate.machine.tools.registry import ToolRegistry
+        from lockgate.server.cli_sources import opened_catalog
 
-        registry = ToolRegistry()
-        sources = configured_sources(Settings())
-        try:
-            for source in sources:
-                registry.register(source)
+        with opened_catalog() as catalog:
+            registry = catalog.book.registry_for(principal)
             typer.echo(f"effective for {principal or 'every principal (no own rules)'}:")
             for name, decision in rules.effective(registry, principal):
                 typer.echo(f"  {name:<40} {decision.value}")
-        finally:
-            close_sources(sources)
 
 
 @policy_app.command("remove")

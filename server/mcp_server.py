@@ -1,4 +1,6 @@
-"""The MCP surface: `execute`, `resume` and `describe_tools`, on the official SDK's server.
+"""The MCP surface: `execute`, `resume` and `describe_tools`, on the official SDK's server,
+and the source tools (`add_openapi_source`...), each of which runs as an execution of
+`tools.lockgate.<tool>(...)`: gated like any call, resumable the same way.
 
 Arguments are validated here (the low-level server passes them through unchecked), every
 engine error becomes a tool error with a stable status, and nothing unexpected leaks: an
@@ -21,6 +23,8 @@ from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import IdempotencyKeyReused
 from lockgate.machine.lost_report import request_key
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
+from lockgate.machine.source_book import SourceBook
+from lockgate.machine.tools.admin_source import ADD_GRAPHQL, ADD_MCP, ADD_OPENAPI, LIST, REMOVE
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
@@ -125,6 +129,29 @@ def execute_description(registry: ToolRegistry, policy: Policy) -> str:
     return "\n".join(lines)
 
 
+#: The source tools, offered as MCP tools too: a client without code adds its sources.
+SOURCE_TOOLS = {spec.name: spec for spec in (ADD_OPENAPI, ADD_GRAPHQL, ADD_MCP, LIST, REMOVE)}
+
+
+def source_tool_code(name: str, arguments: dict[str, Any]) -> str:
+    """The code an MCP call of a source tool runs: the same call, from agent code. The
+    arguments are JSON values, whose `repr` is a Python literal of the same value."""
+    return f"tools.lockgate.{name}(**{arguments!r})"
+
+
+def _source_tools() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=name,
+            description=f"{spec.description} Runs as an execution of "
+            f"tools.lockgate.{name}(...): a call that needs approval answers like `execute` "
+            "(waiting_for_interaction, then `resume`).",
+            input_schema=spec.parameters,
+        )
+        for name, spec in SOURCE_TOOLS.items()
+    ]
+
+
 def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> list[types.Tool]:
     return [
         types.Tool(
@@ -174,18 +201,33 @@ def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> li
                 "additionalProperties": False,
             },
         ),
+        *_source_tools(),
     ]
+
+
+def source_tool_problems(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    """The arguments' problems against the tool's schema, in words, before an execution is
+    started for them (the code would fail on them the same way)."""
+    from lockgate.machine.tools.arguments import check_arguments
+    from lockgate.machine.tools.errors import InvalidArguments
+
+    try:
+        check_arguments(spec, dict(arguments), [])
+    except InvalidArguments as exc:
+        return exc.message
+    return None
 
 
 class LockgateMCP:
     def __init__(
         self,
         runner: ExecutionRunner,
-        registry: ToolRegistry,
+        book: SourceBook,
         approval_url: Any,
         max_code_chars: int,
     ) -> None:
-        self.runner, self.registry = runner, registry
+        #: Each principal's tools, for its listings.
+        self.runner, self.book = runner, book
         #: The engine's own policy, so a listing shows the decision a call will meet.
         self.policy = runner.runtime.engine.policy
         #: (ExecutionView) -> approval URL for its pending call.
@@ -201,11 +243,12 @@ class LockgateMCP:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        principal = current_principal.get()
         return types.ListToolsResult(
             tools=tool_list(
-                self.registry,
+                await to_thread.run_sync(self.book.registry_for, principal),
                 # Each principal's listing shows the decisions its own calls will meet.
-                await to_thread.run_sync(self.policy.for_principal, current_principal.get()),
+                await to_thread.run_sync(self.policy.for_principal, principal),
                 self.max_code_chars,
             )
         )
@@ -267,7 +310,8 @@ class LockgateMCP:
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
                 policy = await to_thread.run_sync(self.policy.for_principal, principal)
-                matched = listing(self.registry, policy, query)
+                registry = await to_thread.run_sync(self.book.registry_for, principal)
+                matched = listing(registry, policy, query)
                 found, more = matched[:DESCRIBED_TOOLS], len(matched) - DESCRIBED_TOOLS
                 text = "\n".join(listed_signature(s, d) for s, d in found) or "No tool matches."
                 if more > 0:
@@ -293,9 +337,23 @@ class LockgateMCP:
                         ],
                     },
                 )
+            if params.name in SOURCE_TOOLS:
+                problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
+                if problems:
+                    return shapes.invalid(problems)
+                outcome = await self.runner.execute(
+                    principal,
+                    source_tool_code(params.name, dict(arguments)),
+                    session_id,
+                    request_key(session_id, ctx.request_id)
+                    if session_id and ctx.request_id is not None
+                    else None,
+                    None,
+                )
+                return await self._shape(outcome)
             return shapes.invalid(
-                f"Unknown tool {params.name!r}: this server offers execute, resume and "
-                "describe_tools."
+                f"Unknown tool {params.name!r}: this server offers execute, resume, "
+                f"describe_tools and {', '.join(SOURCE_TOOLS)}."
             )
         except ValidationError as exc:
             return shapes.invalid(_problems(exc))

@@ -21,6 +21,7 @@ import pytest
 from mcp import MCPError
 
 from lockgate.machine.lost_report import request_key
+from lockgate.server.mcp_server import SOURCE_TOOLS
 from lockgate.spec import ExecutionStatus as E
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
@@ -257,7 +258,7 @@ def test_after_a_sigkill_the_session_works_and_its_lost_id_is_reported_once(
                 assert listed.headers["mcp-session-id"] == session_id
                 [answer] = sse_messages(listed.content)
                 names = {tool["name"] for tool in answer["result"]["tools"]}
-                assert names == {"execute", "resume", "describe_tools"}
+                assert names == {"execute", "resume", "describe_tools", *SOURCE_TOOLS}
 
                 listen = headers(alice, session_id, Accept="text/event-stream")
                 async with http.stream("GET", url, headers=listen) as reported:

@@ -6,6 +6,7 @@ idempotency key."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.support.servers import (
     mcp_client,
     run,
     structured,
+    text_of,
 )
 
 pytest_plugins = ["tests.support.servers"]
@@ -72,3 +74,58 @@ def test_a_paused_openapi_write_survives_sigkill_and_completes_from_another_sess
     run(approve())
     assert api.api.effects == [{"created": 1}]
     assert api.api.idempotency_keys == [f"{execution_id}:1"]
+
+
+def test_a_paused_add_openapi_source_survives_sigkill_and_completes_from_another_session(
+    deployment: Deployment, api: RunningApi
+) -> None:
+    alice = create_key_directly(deployment.database_url, "alice")
+    bob = create_key_directly(deployment.database_url, "bob")
+    first = deployment.start(name="first")
+    arguments = {"name": "items", "document": json.dumps(api.document), "base_url": api.url}
+
+    async def pause() -> str:
+        async with mcp_client(first.url, alice, "legacy") as client:
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert "add_openapi_source" in listed, listed
+            # Arguments that can only fail start nothing, and say what is wrong.
+            bad = await client.call_tool("add_openapi_source", {"name": "items"})
+            assert bad.is_error, bad
+            assert "argument 'document' is required" in text_of(bad), text_of(bad)
+            body = structured(await client.call_tool("add_openapi_source", arguments))
+            assert body["status"] == "waiting_for_interaction", body
+            assert body["interaction"]["tool"] == "tools.lockgate.add_openapi_source", body
+            return str(body["executionId"])
+
+    execution_id = run(pause())
+    assert first.kill() == -signal.SIGKILL
+    second = deployment.start(name="second")
+
+    async def approve() -> None:
+        async with mcp_client(second.url, alice, "2026-07-28") as client:
+            done = structured(
+                await client.call_tool("resume", {"executionId": execution_id, "action": "accept"})
+            )
+            assert done["status"] == "completed", done
+            assert done["result"] == {
+                "name": "items",
+                "kind": "openapi",
+                "scope": "own",
+                "tools": 9,
+            }
+            found = await client.call_tool("describe_tools", {"query": "list items"})
+            assert "tools.items.list_items(" in found.content[0].text  # type: ignore[union-attr]
+            read = structured(
+                await client.call_tool("execute", {"code": "tools.items.list_items()"})
+            )
+            assert read["status"] == "completed", read
+            assert read["result"] == []
+
+    run(approve())
+
+    async def other_principal() -> None:
+        async with mcp_client(second.url, bob, "legacy") as client:
+            found = await client.call_tool("describe_tools", {"query": "list items"})
+            assert found.content[0].text == "No tool matches."  # type: ignore[union-attr]
+
+    run(other_principal())

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lockgate.server.mcp_server import SOURCE_TOOLS
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,
@@ -282,7 +283,7 @@ def test_execute_description_lists_the_tools(shared: SharedServer, mode: str) ->
     async def scenario() -> None:
         async with mcp_client(shared.url, shared.alice, mode) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert set(tools) == {"execute", "resume", "describe_tools"}
+        assert set(tools) == {"execute", "resume", "describe_tools", *SOURCE_TOOLS}
         description = tools["execute"].description or ""
         assert "tools.notes.write(key: str, text: str)" in description
         assert "tools.notes.read(key: str)" in description

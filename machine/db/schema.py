@@ -87,6 +87,24 @@ class StoredSecret(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=_when())
 
 
+class StoredSource(SQLModel, table=True):
+    """One tool source added at run time (`lockgate sources add`, or agent code's
+    `tools.lockgate.add_*_source` once approved): global when `principal_id` is None, else
+    that principal's. `config` is the source's table as in the sources file, with its
+    document or schema already fetched (the text itself), so every instance builds the same
+    tools from it without fetching anything. Configuration, not a lifecycle record."""
+
+    __tablename__ = "sources"
+
+    id: str = Field(primary_key=True, max_length=32)
+    principal_id: str | None = Field(default=None, index=True, max_length=64)
+    name: str = Field(max_length=64)
+    #: openapi, graphql or mcp.
+    kind: str = Field(max_length=16)
+    config: JsonValue = Field(sa_column=_json(nullable=False))
+    created_at: datetime = Field(sa_column=_when())
+
+
 class Instance(SQLModel, table=True):
     __tablename__ = "instances"
 

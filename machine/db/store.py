@@ -45,6 +45,7 @@ from lockgate.machine.db.schema import (
 from lockgate.machine.db.schema import Session as SessionRow
 from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.db.session_queries import SessionQueries
+from lockgate.machine.db.source_queries import SourceQueries
 from lockgate.machine.db.tool_call_queries import ToolCallQueries
 from lockgate.machine.errors import Conflict, IllegalTransition
 from lockgate.machine.records import Change, Fence
@@ -145,6 +146,7 @@ class SqlStore:
         self.metrics = MetricsQueries(engine)
         self.policies = PolicyQueries(engine, writer)
         self.secrets = SecretQueries(engine, writer)
+        self.sources = SourceQueries(engine, writer)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 

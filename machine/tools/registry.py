@@ -32,6 +32,7 @@ from lockgate.machine.tools.errors import InvalidToolSource as InvalidToolSource
 from lockgate.machine.tools.errors import ToolFailed as ToolFailed
 from lockgate.machine.tools.errors import UnknownTool as UnknownTool
 from lockgate.machine.tools.spec import NAMESPACE as NAMESPACE
+from lockgate.machine.tools.spec import Namespace as Namespace
 from lockgate.machine.tools.spec import Tool as Tool
 from lockgate.machine.tools.spec import ToolContext as ToolContext
 from lockgate.machine.tools.spec import ToolSource as ToolSource
@@ -49,6 +50,7 @@ class ToolRegistry:
     def __init__(self, *, discovery_hint: str = _DEFAULT_DISCOVERY_HINT) -> None:
         self._discovery_hint = discovery_hint
         self._sources: dict[str, dict[str, Tool]] = {}
+        self._frozen: Namespace | None = None
 
     def register(self, source: ToolSource) -> None:
         name = source.name
@@ -70,6 +72,7 @@ class ToolRegistry:
                 raise InvalidToolSource(f"tool source {name!r} has two tools named {spec.name!r}")
             tools[spec.name] = tool
         self._sources[name] = tools
+        self._frozen = None
 
     def get(self, full_name: str) -> Tool:
         """The tool named `source.name`; `tools.source.name` (the call name) is accepted."""
@@ -109,6 +112,12 @@ class ToolRegistry:
 
     def namespace(self) -> dict[str, list[str]]:
         return {source: sorted(tools) for source, tools in sorted(self._sources.items())}
+
+    def frozen_namespace(self) -> Namespace:
+        """`namespace()` as the sandbox declares it (and keys its declarations by), kept."""
+        if self._frozen is None:
+            self._frozen = tuple((s, tuple(tools)) for s, tools in self.namespace().items())
+        return self._frozen
 
     def stubs(self, source: str | None = None) -> str:
         """`.pyi` text for agent code's `tools` package.

@@ -20,6 +20,7 @@ control (`LOCKGATE_SOURCES_FILE`):
     name = "files"                     # tools.files.<upstream tool>(...)
     command = ["npx", "some-mcp-server"]  # run over stdio; or url = "https://.../mcp"
     env = { ROOT = "/srv/files" }      # optional: variables the command gets
+    cwd = "servers"                    # optional: where it runs (default: this file's folder)
 
     [[python]]                         # your own tools (machine.tools.plugins)
     factory = "my_tools:make_source"   # module:callable returning a ToolSource
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from graphql import print_schema
 from mcp.client.stdio import StdioServerParameters
 
 from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
@@ -51,6 +53,7 @@ from lockgate.machine.tools.http_calls import Auth, HttpLimits, fetch
 from lockgate.machine.tools.mcp_source import McpSource, McpUpstream
 from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
+from lockgate.machine.tools.source_tables import AUTH_FORMS, SOURCE_KINDS, Origin
 from lockgate.machine.tools.spec import ToolSource, is_identifier
 
 #: The largest document (OpenAPI, SDL) a source may be fetched from a URL.
@@ -76,12 +79,66 @@ def load_sources(
             f"the sources file {path} has unknown sections: {', '.join(unknown)}",
             hint="Each source is an [[openapi]], [[graphql]], [[mcp]] or [[python]] table.",
         )
-    made: list[ToolSource] = [_openapi(entry, path, limits) for entry in config.get("openapi", [])]
-    made += [_graphql(entry, path, limits, secrets) for entry in config.get("graphql", [])]
-    made += [_mcp(entry, path, limits) for entry in config.get("mcp", [])]
+    origin = Origin(f"the sources file {path}", path.parent)
+    made: list[ToolSource] = [
+        build_source(kind, entry, origin, limits, secrets)
+        for kind in SOURCE_KINDS
+        for entry in config.get(kind, [])
+    ]
     for number, entry in enumerate(config.get("python", []), start=1):
         made.append(_python(entry, f"[[python]] number {number} of {path}"))
     return made
+
+
+def build_source(
+    kind: str,
+    entry: Mapping[str, Any],
+    origin: Origin,
+    limits: HttpLimits,
+    secrets: SecretStore | None = None,
+) -> ToolSource:
+    """The source an [[openapi]], [[graphql]] or [[mcp]] table describes."""
+    if kind == "openapi":
+        return _openapi(entry, origin, limits)
+    if kind == "graphql":
+        return _graphql(entry, origin, limits, secrets)
+    if kind == "mcp":
+        return _mcp(entry, origin, limits)
+    raise InvalidToolSource(f"{origin}: unknown kind of source {kind!r}", hint=_KINDS_HINT)
+
+
+_KINDS_HINT = "A source is openapi, graphql or mcp."
+
+
+def settled_source(
+    kind: str,
+    entry: Mapping[str, Any],
+    origin: Origin,
+    limits: HttpLimits,
+    secrets: SecretStore | None = None,
+) -> tuple[dict[str, Any], ToolSource]:
+    """The source `entry` describes, and `entry` as it is stored: what was fetched to build
+    it kept as text (an OpenAPI document, a GraphQL schema from introspection), with the
+    base URL it resolved to, so every instance builds the same tools from it and fetches
+    nothing."""
+    config = dict(entry)
+    if kind == "openapi":
+        name = _named(entry, origin, "openapi", {"document", "base_url", "auth"})
+        where = entry.get("document")
+        if isinstance(where, str) and where.strip():
+            text, url = _document_text(name, where, origin.directory, limits)
+            config["document"] = text
+            source = _openapi(config, origin, limits, document_url=url)
+            config["base_url"] = source.base_url
+            return config, source
+    if kind == "mcp" and "command" in config:  # stored: the directory it runs in, settled
+        directory = _directory(origin, config.get("cwd"))
+        if directory is not None:
+            config["cwd"] = str(directory.resolve())
+    made = build_source(kind, config, origin, limits, secrets)
+    if isinstance(made, GraphQLSource) and "schema" not in config:
+        config["schema"] = print_schema(made.schema)
+    return config, made
 
 
 def _python(entry: Mapping[str, Any], where: str) -> ToolSource:
@@ -99,13 +156,12 @@ def _python(entry: Mapping[str, Any], where: str) -> ToolSource:
     return factory_source(factory, options, where)
 
 
-def _named(entry: Mapping[str, Any], path: Path, kind: str, keys: set[str]) -> str:
+def _named(entry: Mapping[str, Any], path: Origin, kind: str, keys: set[str]) -> str:
     """The source's name, once its table holds only `keys` (and a name)."""
     name = entry.get("name")
     if not isinstance(name, str) or not is_identifier(name):
         raise InvalidToolSource(
-            f"the sources file {path}: a [[{kind}]] source needs a name that is a Python "
-            f"identifier (got {name!r})",
+            f"{path}: a [[{kind}]] source needs a name that is a Python identifier (got {name!r})",
             hint="Agent code calls tools.<name>.<tool>(...).",
         )
     extra = sorted(set(entry) - keys - {"name"})
@@ -118,7 +174,7 @@ def _named(entry: Mapping[str, Any], path: Path, kind: str, keys: set[str]) -> s
 
 
 def _graphql(
-    entry: Mapping[str, Any], path: Path, limits: HttpLimits, secrets: SecretStore | None
+    entry: Mapping[str, Any], path: Origin, limits: HttpLimits, secrets: SecretStore | None
 ) -> GraphQLSource:
     name = _named(entry, path, "graphql", {"endpoint", "schema", "auth"})
     endpoint = entry.get("endpoint")
@@ -129,7 +185,7 @@ def _graphql(
     if sdl is not None:
         if not isinstance(sdl, str):
             raise InvalidToolSource(f"source {name!r} in {path}: schema must be a file name")
-        text, _ = _document_text(name, sdl, path.parent, limits)
+        text, _ = _document_text(name, sdl, path.directory, limits)
         schema = schema_from_sdl(name, text)
     else:
         values: dict[str, str] = {}
@@ -145,9 +201,12 @@ def _graphql(
     return GraphQLSource(name, endpoint, schema, limits=limits, auth=auth)
 
 
-def _mcp(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> McpSource:
-    name = _named(entry, path, "mcp", {"command", "url", "env"})
+def _mcp(entry: Mapping[str, Any], path: Origin, limits: HttpLimits) -> McpSource:
+    name = _named(entry, path, "mcp", {"command", "url", "env", "cwd"})
     command, url, env = entry.get("command"), entry.get("url"), entry.get("env")
+    cwd = entry.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise InvalidToolSource(f"source {name!r} in {path}: cwd must be a directory's path")
     if env is not None and not (
         isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())
     ):
@@ -155,17 +214,28 @@ def _mcp(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> McpSource:
     target: StdioServerParameters | str
     if isinstance(url, str) and command is None and url.startswith(("http://", "https://")):
         target = url
+    elif not path.commands and command is not None:
+        # A command runs on this server: only an operator, who can run commands here
+        # anyway, may name one (the sources file, `lockgate sources add`), never a request.
+        raise InvalidToolSource(
+            f"source {name!r} in {path}: a command cannot be given here; give the url of a "
+            "streamable HTTP MCP server",
+            hint="An operator can add an MCP server run over stdio with `lockgate sources add`.",
+        )
     elif (
         url is None
         and isinstance(command, list)
         and command
         and all(isinstance(part, str) and part for part in command)
     ):
-        # Relative to the sources file, as its other paths are.
-        # The SDK passes the command only a safe part of this environment (PATH, HOME...);
-        # `env` adds to it.
+        # Run in `cwd`, relative to the sources file as its other paths are (default: the
+        # file's directory). The SDK passes the command only a safe part of this
+        # environment (PATH, HOME...); `env` adds to it.
         target = StdioServerParameters(
-            command=command[0], args=command[1:], cwd=path.parent, env=dict(env or {})
+            command=command[0],
+            args=command[1:],
+            cwd=_directory(path, cwd),
+            env=dict(env or {}),
         )
     else:
         raise InvalidToolSource(
@@ -180,7 +250,17 @@ def _mcp(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> McpSource:
         raise InvalidToolSource(f"source {name!r}: {exc.message}") from None
 
 
-def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenApiSource:
+def _directory(origin: Origin, cwd: str | None) -> Path | None:
+    if cwd is None:
+        return origin.directory
+    return Path(cwd) if origin.directory is None else origin.directory / cwd
+
+
+def _openapi(
+    entry: Mapping[str, Any], path: Origin, limits: HttpLimits, document_url: str | None = None
+) -> OpenApiSource:
+    """`document_url`: where the document (given as text) was fetched from, which its
+    relative server URLs are relative to."""
     name = _named(entry, path, "openapi", {"document", "base_url", "auth"})
     where = entry.get("document")
     if not isinstance(where, str) or not where.strip():
@@ -188,7 +268,8 @@ def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenAp
     base_url = entry.get("base_url")
     if base_url is not None and not isinstance(base_url, str):
         raise InvalidToolSource(f"source {name!r} in {path}: base_url must be a string")
-    text, url = _document_text(name, where, path.parent, limits)
+    text, url = _document_text(name, where, path.directory, limits)
+    url = url or document_url
     try:
         document = yaml.safe_load(text)  # JSON is YAML too
     except yaml.YAMLError as exc:
@@ -203,14 +284,7 @@ def _openapi(entry: Mapping[str, Any], path: Path, limits: HttpLimits) -> OpenAp
     )
 
 
-AUTH_FORMS = (
-    '{ bearer = "<secret>" }, { basic = "<secret>" }, { header = "<name>", secret = "<secret>" }'
-    ', { query = "<name>", secret = "<secret>" } or { oauth_token_url = "<url>", secret = '
-    '"<secret>", scope = "<scope>" } (scope optional)'
-)
-
-
-def _auth(name: str, table: object, path: Path) -> Auth | None:
+def _auth(name: str, table: object, path: Origin) -> Auth | None:
     """A source's `auth` table: which secret, carried how."""
     if table is None:
         return None
@@ -235,8 +309,14 @@ def _auth(name: str, table: object, path: Path) -> Auth | None:
     raise InvalidToolSource(problem)
 
 
+def _looks_like_a_file(where: str) -> bool:
+    return not any(c.isspace() for c in where) and (
+        "/" in where or where.endswith((".json", ".yaml", ".yml", ".graphql", ".gql"))
+    )
+
+
 def _document_text(
-    name: str, where: str, directory: Path, limits: HttpLimits
+    name: str, where: str, directory: Path | None, limits: HttpLimits
 ) -> tuple[str, str | None]:
     """The document's text, and the URL it came from (None for a file or inline text)."""
     if where.startswith(("http://", "https://")):
@@ -254,6 +334,13 @@ def _document_text(
         return fetched.text, fetched.url
     if "\n" in where or where.lstrip().startswith("{"):
         return where, None  # the document itself
+    if directory is None and not _looks_like_a_file(where):
+        return where, None  # a request's one-line text (an SDL, a JSON document)
+    if directory is None:  # a request may not read the server's files
+        raise InvalidToolSource(
+            f"source {name!r}: give the document's text or its http(s) URL, not a file name",
+            hint="Only the operator's sources file may name files on the server.",
+        )
     file = directory / where
     try:
         return file.read_text(encoding="utf-8"), None

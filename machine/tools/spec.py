@@ -26,6 +26,9 @@ from lockgate.machine.tools.signatures import notes, ordered_parameters, paramet
 
 NAMESPACE = "tools"
 """The module agent code imports; a tool's call name is `tools.<source>.<name>`."""
+#: Each source's tool names, sorted, as `(source, names)` pairs: what agent code finds under
+#: `tools` (`ToolRegistry.frozen_namespace`; the sandbox declares it and keys on it).
+Namespace = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def make_idempotency_key(execution_id: str, sequence: int) -> str:

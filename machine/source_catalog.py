@@ -1,0 +1,244 @@
+"""Adding, listing and removing the tool sources stored in the database: one set of rules
+for `lockgate sources` (the operator) and agent code's `tools.lockgate.*` (a principal, once
+a person approved the call).
+
+A source is checked by building it before anything is stored: its document fetched and
+parsed, its upstream reached, its auth table read. What is stored is the settled table
+(`settled_source`): documents as text, so every instance builds the same tools from it. A
+principal's source is that principal's alone; a global one (operator only) is everyone's.
+Names are unique among what one principal sees: the configured sources, the global ones,
+and its own.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+from lockgate.machine.db.schema import StoredSource
+from lockgate.machine.db.source_queries import SourceQueries
+from lockgate.machine.secrets import SecretStore
+from lockgate.machine.source_book import SourceBook, close_sources
+from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.source_tables import REQUEST, SOURCE_KINDS, Origin
+from lockgate.machine.tools.spec import ToolSource
+
+if TYPE_CHECKING:
+    from lockgate.machine.tools.http_calls import HttpLimits
+
+#: The largest settled table (an OpenAPI document as text, mostly) one stored source may
+#: have: GitHub's whole REST API is about 10 MB.
+MAX_STORED_SOURCE_BYTES = 16 * 1024 * 1024
+
+#: Where a stored source's table is built from: its documents are text, no file is named.
+STORED = Origin("the database", None)
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    name: str
+    kind: str
+    #: "configured" (the server's own), "global" (stored for everyone) or "own".
+    scope: str
+    #: How many tools it gives (0: it cannot be built now).
+    tools: int
+    principal_id: str | None = None
+
+    def as_json(self) -> dict[str, JsonValue]:
+        return {"name": self.name, "kind": self.kind, "scope": self.scope, "tools": self.tools}
+
+
+class _PrincipalSecrets:
+    """`secrets` as a principal's source reads them while it is added (a GraphQL
+    endpoint's introspection): that principal's own, then the global ones."""
+
+    def __init__(self, secrets: SecretStore, principal: str | None) -> None:
+        self._secrets, self._principal = secrets, principal
+
+    def resolve(
+        self,
+        names: Any,
+        *,
+        principal: str | None = None,
+        source: str | None = None,
+    ) -> dict[str, str]:
+        return self._secrets.resolve(names, principal=self._principal, source=source)
+
+
+class SourceCatalog:
+    def __init__(
+        self,
+        stored: SourceQueries,
+        book: SourceBook,
+        limits: HttpLimits,
+        secrets: SecretStore,
+        max_per_principal: int,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.stored, self.book, self.limits, self.secrets = stored, book, limits, secrets
+        self.max_per_principal, self.clock = max_per_principal, clock
+
+    def build(self, row: StoredSource) -> ToolSource:
+        """The source a stored row describes (for `SourceBook`)."""
+        # Imported here: the source kinds cost a server with no stored source nothing.
+        from lockgate.machine.tools.source_file import build_source
+
+        config = row.config if isinstance(row.config, dict) else {}
+        return build_source(
+            row.kind, config, STORED, self.limits, _PrincipalSecrets(self.secrets, row.principal_id)
+        )
+
+    def add(
+        self,
+        kind: str,
+        entry: Mapping[str, Any],
+        *,
+        principal: str | None,
+        origin: Origin,
+    ) -> SourceSummary:
+        """Check and store a source for `principal` (None: everyone). Adding the same
+        source again is no change (a retried call); another under a taken name is refused."""
+        if kind not in SOURCE_KINDS:
+            raise InvalidToolSource(
+                f"unknown kind of source {kind!r}", hint="A source is openapi, graphql or mcp."
+            )
+        from lockgate.machine.tools.source_file import settled_source
+
+        name = entry.get("name")
+        if isinstance(name, str):
+            self._check_free(name, principal)
+        config, source = settled_source(
+            kind, entry, origin, self.limits, _PrincipalSecrets(self.secrets, principal)
+        )
+        tools = len(source.tools())
+        close_sources([source])  # each instance builds its own from the stored table
+        size = len(json.dumps(config).encode())
+        if size > MAX_STORED_SOURCE_BYTES:
+            raise InvalidToolSource(
+                f"source {config['name']!r} is {size} bytes once settled; a stored source may "
+                f"be at most {MAX_STORED_SOURCE_BYTES} bytes",
+                hint="Keep a smaller document (only the operations agents need).",
+            )
+        row = StoredSource(
+            id=uuid.uuid4().hex,
+            principal_id=principal,
+            name=config["name"],
+            kind=kind,
+            config=config,
+            created_at=self.clock(),
+        )
+        most = self.max_per_principal if principal is not None else None
+        stored = self.stored.add(row, most=most)
+        if stored == "full":
+            raise InvalidToolSource(
+                f"you already have {self.max_per_principal} sources, the most one principal "
+                "may add",
+                hint="Remove one you no longer need with remove_source first.",
+            )
+        assert isinstance(stored, StoredSource)
+        if stored.id != row.id and (stored.kind, stored.config) != (kind, config):
+            raise InvalidToolSource(
+                f"a source named {row.name!r} is already stored",
+                hint="Remove it first, or give the new one another name.",
+            )
+        self.book.forget(principal)
+        scope = "global" if principal is None else "own"
+        return SourceSummary(row.name, kind, scope, tools, principal)
+
+    def precheck(self, kind: str, entry: Mapping[str, Any]) -> list[str]:
+        """What is wrong with a source that can be told without reaching anything (for
+        agent code's adds, before the call waits for a person): a name of the server's own
+        sources, a file name, an inline document or schema that cannot be read."""
+        from lockgate.machine.tools.source_file import build_source
+
+        name = entry.get("name")
+        if name == "lockgate" or any(s.name == name for s in self.book.configured):
+            return [f"{name!r} is the name of one of the server's configured sources"]
+        offline = (kind == "openapi" and not _is_url(entry.get("document"))) or (
+            kind == "graphql" and "schema" in entry
+        )
+        if not offline:
+            return []
+        try:
+            close_sources([build_source(kind, entry, REQUEST, self.limits)])
+        except InvalidToolSource as exc:
+            return [f"{exc.message}. {exc.hint}" if exc.hint else exc.message]
+        return []
+
+    def _check_free(self, name: str, principal: str | None) -> None:
+        """Refuse a name one who would see the new source already sees another under."""
+        if name == "lockgate" or any(s.name == name for s in self.book.configured):
+            raise InvalidToolSource(
+                f"{name!r} is the name of one of the server's configured sources",
+                hint="Give the new source another name.",
+            )
+        if principal is not None:
+            if any(
+                row.name == name and row.principal_id is None
+                for row in self.stored.applying_to(principal)
+            ):
+                raise InvalidToolSource(
+                    f"{name!r} is the name of a global source", hint="Give it another name."
+                )
+            return
+        taken = [row for row in self.stored.all() if row.name == name and row.principal_id]
+        if taken:
+            raise InvalidToolSource(
+                f"{len(taken)} principals have a source named {name!r} of their own",
+                hint="Give the global source another name (they would lose theirs).",
+            )
+
+    def listed(self, principal: str | None) -> list[SourceSummary]:
+        """The sources `principal` sees: configured, global, its own (None: configured and
+        global), each with how many tools it gives now."""
+        namespace = self.book.registry_for(principal).namespace()
+        found = [
+            SourceSummary(s.name, _kind(s), "configured", len(namespace.get(s.name, ())))
+            for s in self.book.configured
+        ]
+        for row in self.stored.applying_to(principal):
+            scope = "global" if row.principal_id is None else "own"
+            count = len(namespace.get(row.name, ()))
+            found.append(SourceSummary(row.name, row.kind, scope, count, row.principal_id))
+        return found
+
+    def every(self) -> list[StoredSource]:
+        """Every stored source, every principal's (for the operator)."""
+        return self.stored.all()
+
+    def remove(self, name: str, *, principal: str | None) -> SourceSummary:
+        """Remove `principal`'s source `name` (None: the global one)."""
+        row = self.stored.remove(principal, name)
+        if row is None:
+            if any(s.name == name for s in self.book.configured):
+                raise InvalidToolSource(
+                    f"{name!r} is one of the server's configured sources",
+                    hint="Only the operator can remove it, from the server's configuration.",
+                )
+            whose = "global source" if principal is None else "source of yours"
+            raise InvalidToolSource(
+                f"there is no {whose} named {name!r}",
+                hint="list_sources shows the sources you can remove.",
+            )
+        self.book.forget(principal)
+        scope = "global" if principal is None else "own"
+        return SourceSummary(row.name, row.kind, scope, 0, principal)
+
+
+def _is_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(("http://", "https://"))
+
+
+def _kind(source: ToolSource) -> str:
+    """A configured source's kind, in the words of the sources file."""
+    kind = type(source).__name__.lower()
+    for word in ("openapi", "graphql", "mcp", "notes"):
+        if word in kind:
+            return word
+    return "python"
