@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import JsonValue
 
@@ -41,7 +41,6 @@ from lockgate.machine.tools.registry import (
 
 if TYPE_CHECKING:
     from lockgate.machine.db.schema import StoredSource
-    from lockgate.machine.db.source_queries import SourceQueries
 
 log = logging.getLogger("lockgate.sources")
 
@@ -49,6 +48,14 @@ log = logging.getLogger("lockgate.sources")
 CACHED_PRINCIPALS = 256
 #: How long a stored source that could not be built is left out before it is tried again.
 RETRY_SECS = 30.0
+
+
+class StoredRows(Protocol):
+    """The store's reads of stored sources that the book needs (`SourceQueries`)."""
+
+    def ids_applying_to(self, principal_id: str | None) -> tuple[str, ...]: ...
+
+    def get(self, source_id: str) -> StoredSource | None: ...
 
 
 @dataclass
@@ -63,7 +70,7 @@ class SourceBook:
     def __init__(
         self,
         configured: Iterable[ToolSource],
-        stored: SourceQueries | None = None,
+        stored: StoredRows | None = None,
         build: Callable[[StoredSource], ToolSource] | None = None,
         refresh_secs: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
