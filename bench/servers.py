@@ -21,7 +21,15 @@ def lockgate_env(database_url: str, workdir: Path, **settings: str) -> dict[str,
     """This process's environment without any LOCKGATE_ setting of the caller's, on
     `database_url` with its notes in `workdir`, plus `settings` (LOCKGATE_... = value)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    env.update(DATABASE_URL=database_url, LOCKGATE_NOTES_DIR=str(workdir / "notes"), **settings)
+    # The model accepts its own calls (approval mode `model`): the benches and the tests that
+    # use this stand in for the person with resume's accept; a test of the other modes sets
+    # LOCKGATE_APPROVAL_MODE itself.
+    env.update(
+        DATABASE_URL=database_url,
+        LOCKGATE_NOTES_DIR=str(workdir / "notes"),
+        LOCKGATE_APPROVAL_MODE="model",
+        **settings,
+    )
     return env
 
 

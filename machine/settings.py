@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockgate.machine.errors import LockgateError
+
 #: The shortest accepted link-signing key: 32 random characters carry 128 bits or more (even
 #: as hex digits), beyond guessing; a shorter one is more likely a password or a typo.
 MIN_SIGNING_KEY_CHARS = 32
@@ -115,6 +117,20 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an instance uses the stored policy rules it read before reading "
         "them again: a rule added on any instance applies everywhere within this time.",
+    )
+    approval_mode: Literal["model", "native", "browser"] = Field(
+        default="native",
+        description="Who accepts a gated call: `model` (the agent, with resume's accept: for "
+        "clients that ask their user before each tool call), `native` (the client asks the "
+        "person through MCP elicitation where it can; the approval page otherwise) or "
+        "`browser` (the approval page only). In native and browser the model cannot accept "
+        "its own call.",
+    )
+    approval_modes: str = Field(
+        default="",
+        description="Per-principal approval modes overriding LOCKGATE_APPROVAL_MODE, e.g. "
+        "'ci=model,alice=browser'. A connection may ask for a stricter mode with "
+        "?approval=<mode> on the MCP URL, never a looser one.",
     )
     sources_refresh_secs: float = Field(
         default=2.0,
@@ -344,6 +360,17 @@ class Settings(BaseSettings):
                     f"{MIN_SIGNING_KEY_CHARS} (make one with: {MAKE_A_SIGNING_KEY})"
                 )
         return value
+
+    @field_validator("approval_modes")
+    @classmethod
+    def _known_modes(cls, text: str) -> str:
+        from lockgate.machine.approval_modes import parse_modes
+
+        try:
+            parse_modes(text)
+        except LockgateError as exc:
+            raise ValueError(f"{exc.message} ({exc.hint})") from None
+        return text
 
     @field_validator("database_url")
     @classmethod

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, accept_refused
 from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed
 from lockgate.machine.db.schema import ApprovalToken
 from lockgate.machine.engine import Action
@@ -75,6 +76,8 @@ class ApprovalSurface:
     ) -> None:
         self.runtime, self.runner, self.tokens = runtime, runner, tokens
         self.access = ApprovalAccess(runtime, keys, tokens, rate)
+        settings = runtime.settings
+        self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
 
     def approval_url(self, view: ExecutionView) -> str | None:
         """The link for the call a paused execution waits on: minted the first time an
@@ -117,6 +120,12 @@ class ApprovalSurface:
                 "invalid_input",
                 'The body must be {"action": "accept" | "decline" | "cancel"}.',
             ) from None
+        if token_row is None and body.action == "accept":
+            # The key is the agent's credential: where a person must accept, it cannot.
+            mode = self.modes.for_principal(principal)
+            if mode is not ApprovalMode.MODEL:
+                refusal = accept_refused(mode, None)
+                raise Refusal(403, "forbidden", refusal.message, refusal.hint)
         if token_row is None:
             outcome = await self.runner.resume(
                 principal, execution_id, Action(body.action), body.content

@@ -18,6 +18,13 @@ from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from lockgate.machine.approval_modes import (
+    QUERY_PARAMETER,
+    ApprovalMode,
+    ApprovalModes,
+    InvalidApprovalMode,
+    accept_refused,
+)
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import IdempotencyKeyReused
@@ -29,6 +36,7 @@ from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
+from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
@@ -104,13 +112,19 @@ LISTED_TOOLS = 40
 DESCRIBED_TOOLS = 50
 
 
-def execute_description(registry: ToolRegistry, policy: Policy) -> str:
+def execute_description(registry: ToolRegistry, policy: Policy, model_accepts: bool = True) -> str:
+    then = (
+        "call `resume` with the executionId (and action accept/decline/cancel when the user "
+        "decided in chat)."
+        if model_accepts
+        else "a person approves at the approvalUrl (you cannot accept); then call `resume` "
+        "with only the executionId for the result."
+    )
     lines = [
         "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
         "keyword arguments; the value of the last expression is the result and print() "
         "output is returned as logs. Some calls need a person's approval: the answer is then "
-        "`waiting_for_interaction` with an executionId and an approvalUrl; call `resume` with "
-        "the executionId (and action accept/decline/cancel when the user decided in chat). "
+        f"`waiting_for_interaction` with an executionId and an approvalUrl; {then} "
         "A declined or blocked call raises PermissionError inside the code.",
     ]
     namespace = registry.namespace()
@@ -152,11 +166,30 @@ def _source_tools() -> list[types.Tool]:
     ]
 
 
-def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> list[types.Tool]:
+#: What `resume` says it does, by who may accept.
+RESUME_HELP = {
+    True: "Continue a paused execution with a decision (accept, decline or cancel), or, "
+    "without an action, wait for the result of a running or browser-approved execution. "
+    "Works from any session, after restarts and on any instance.",
+    False: "A person approves calls on this server (at the approvalUrl, or in your client's "
+    "prompt); you cannot accept them. Without an action: wait for the result once they "
+    "approved (or see the call still waiting, with its approvalUrl). With decline or cancel: "
+    "give the call up yourself. Works from any session, after restarts and on any instance.",
+}
+
+
+def tool_list(
+    registry: ToolRegistry,
+    policy: Policy,
+    max_code_chars: int,
+    mode: ApprovalMode = ApprovalMode.MODEL,
+) -> list[types.Tool]:
+    model_accepts = mode is ApprovalMode.MODEL
+    actions = ["accept", "decline", "cancel"] if model_accepts else ["decline", "cancel"]
     return [
         types.Tool(
             name="execute",
-            description=execute_description(registry, policy),
+            description=execute_description(registry, policy, model_accepts),
             input_schema={
                 "type": "object",
                 "properties": {
@@ -174,16 +207,12 @@ def tool_list(registry: ToolRegistry, policy: Policy, max_code_chars: int) -> li
         ),
         types.Tool(
             name="resume",
-            description=(
-                "Continue a paused execution with a decision (accept, decline or cancel), or, "
-                "without an action, wait for the result of a running or browser-approved "
-                "execution. Works from any session, after restarts and on any instance."
-            ),
+            description=RESUME_HELP[model_accepts],
             input_schema={
                 "type": "object",
                 "properties": {
                     "executionId": {"type": "string"},
-                    "action": {"type": "string", "enum": ["accept", "decline", "cancel"]},
+                    "action": {"type": "string", "enum": actions},
                     "content": {"description": "Optional data sent with the decision."},
                 },
                 "required": ["executionId"],
@@ -218,6 +247,11 @@ def source_tool_problems(spec: ToolSpec, arguments: dict[str, Any]) -> str | Non
     return None
 
 
+def _asked_mode(ctx: ServerRequestContext[Any]) -> str | None:
+    """The approval mode the connection asked for on the MCP URL, if any."""
+    return ctx.request.query_params.get(QUERY_PARAMETER) if ctx.request is not None else None
+
+
 class LockgateMCP:
     def __init__(
         self,
@@ -233,6 +267,11 @@ class LockgateMCP:
         #: (ExecutionView) -> approval URL for its pending call.
         self.approval_url = approval_url
         self.max_code_chars = max_code_chars
+        settings = runner.runtime.settings
+        #: Who may accept a gated call, per principal and connection.
+        self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
+        #: In `native` mode: the client's own prompt to its person (2025 sessions).
+        self.native = NativeDoor(runner)
         self.server: Server[Any] = Server(
             "lockgate",
             version="0.1.0",
@@ -244,16 +283,23 @@ class LockgateMCP:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = current_principal.get()
+        try:
+            mode = self.modes.for_connection(principal, _asked_mode(ctx))
+        except InvalidApprovalMode:  # told in words on its first tool call
+            mode = self.modes.for_principal(principal)
         return types.ListToolsResult(
             tools=tool_list(
                 await to_thread.run_sync(self.book.registry_for, principal),
-                # Each principal's listing shows the decisions its own calls will meet.
+                # Each principal's listing shows the decisions its own calls meet.
                 await to_thread.run_sync(self.policy.for_principal, principal),
                 self.max_code_chars,
+                mode,
             )
         )
 
-    async def _shape(self, outcome: ExecutionView | shapes.Running) -> types.CallToolResult:
+    async def _shape(
+        self, outcome: ExecutionView | shapes.Running, mode: ApprovalMode
+    ) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
             return shapes.running(outcome.execution_id)
         # Only a paused execution's answer carries a link (minting one reads and writes the
@@ -263,7 +309,15 @@ class LockgateMCP:
             if outcome.pending is not None
             else None
         )
-        return shapes.execution(outcome, url)
+        return shapes.execution(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
+
+    async def _refuse_accept(self, principal: str, execution_id: str, mode: ApprovalMode) -> None:
+        """Raise the refusal of the model's own accept, with the page to send the person
+        to; an execution with no call waiting gets resume's own answer instead."""
+        view = await to_thread.run_sync(self.runner.runtime.engine.get, execution_id, principal)
+        if view.pending is not None:
+            url = await to_thread.run_sync(self.approval_url, view)
+            raise accept_refused(mode, url)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -280,6 +334,7 @@ class LockgateMCP:
         log_session_id.set(session_id)
         execution_id: str | None = None
         try:
+            mode = self.modes.for_connection(principal, _asked_mode(ctx))
             if params.name == "execute":
                 args = ExecuteArguments.model_validate(arguments)
                 if len(args.code) > self.max_code_chars:
@@ -295,18 +350,24 @@ class LockgateMCP:
                 outcome = await self.runner.execute(
                     principal, args.code, session_id, origin, args.idempotency_key
                 )
-                return await self._shape(outcome)
+                if mode is ApprovalMode.NATIVE:
+                    outcome = await self.native.settle(ctx, principal, outcome)
+                return await self._shape(outcome, mode)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)
                 execution_id = resume.execution_id
                 log_execution_id.set(execution_id)
                 if resume.action is None:
                     outcome = await self.runner.wait(principal, resume.execution_id)
+                    if mode is ApprovalMode.NATIVE:
+                        outcome = await self.native.settle(ctx, principal, outcome)
                 else:
+                    if resume.action == "accept" and mode is not ApprovalMode.MODEL:
+                        await self._refuse_accept(principal, resume.execution_id, mode)
                     outcome = await self.runner.resume(
                         principal, resume.execution_id, Action(resume.action), resume.content
                     )
-                return await self._shape(outcome)
+                return await self._shape(outcome, mode)
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
                 policy = await to_thread.run_sync(self.policy.for_principal, principal)
@@ -350,7 +411,9 @@ class LockgateMCP:
                     else None,
                     None,
                 )
-                return await self._shape(outcome)
+                if mode is ApprovalMode.NATIVE:
+                    outcome = await self.native.settle(ctx, principal, outcome)
+                return await self._shape(outcome, mode)
             return shapes.invalid(
                 f"Unknown tool {params.name!r}: this server offers execute, resume, "
                 f"describe_tools and {', '.join(SOURCE_TOOLS)}."

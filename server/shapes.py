@@ -93,7 +93,11 @@ def internal_error() -> types.CallToolResult:
     )
 
 
-def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolResult:
+def execution(
+    view: ExecutionView, approval_url: str | None, *, model_accepts: bool = True
+) -> types.CallToolResult:
+    """The answer about `view`; `model_accepts`: whether the agent may accept a call itself
+    (approval mode `model`), which decides what a paused answer tells it to do."""
     eid = view.id
     if view.status == E.COMPLETED:
         return _result(
@@ -128,9 +132,16 @@ def execution(view: ExecutionView, approval_url: str | None) -> types.CallToolRe
                 "logs": view.logs,
             },
             f"Waiting for approval of tools.{pending.tool} with arguments "
-            f"{json.dumps(pending.arguments_preview)}. A person can approve at {approval_url}, "
-            f"or call `resume` with executionId={eid} and action accept, decline or cancel. "
-            f"Expires at {expires}.",
+            f"{json.dumps(pending.arguments_preview)}. "
+            + (
+                f"A person can approve at {approval_url}, or call `resume` with "
+                f"executionId={eid} and action accept, decline or cancel. "
+                if model_accepts
+                else f"A person must approve it at {approval_url} (you cannot accept it): "
+                f"ask the user to, then call `resume` with only executionId={eid} for the "
+                "result; or decline or cancel it yourself with `resume`. "
+            )
+            + f"Expires at {expires}.",
             error=False,
         )
     if view.status in (E.RUNNING, E.PENDING):

@@ -49,6 +49,8 @@ PATIENCE_SECS = 60.0
 #: Settings every server of a simulated deployment runs with: short leases and sweeps so
 #: that real time crosses them within a run.
 DEPLOYMENT_SETTINGS = {
+    # The simulated client stands in for the person: it accepts with resume's action.
+    "approval_mode": "model",
     "max_duration_secs": "5",
     "lease_ttl": "3",
     "heartbeat_interval": "0.5",

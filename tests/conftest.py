@@ -116,6 +116,8 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., An
                 "database_url": database_url,
                 "notes_dir": tmp_path / "notes",
                 "max_duration_secs": 5,
+                # The tests accept as the model; the other approval modes' tests say so.
+                "approval_mode": "model",
                 **shared,
                 **overrides,
             }

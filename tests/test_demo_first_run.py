@@ -1,5 +1,6 @@
 """The README's first run works as written: a fresh `lockgate serve`, default settings, no
-secret configured, and an approved `tools.notes.write` writes the note.
+secret configured, and a `tools.notes.write` approved by a person on the approval page writes
+the note; the agent's own accept is refused (the default approval mode is `native`).
 
 And the secret store still does its job for a source that needs a credential: the notes
 source given the token it must see (`expected_token`) declares the `notes_token` secret,
@@ -14,7 +15,9 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 
 from lockgate.machine.engine import Action
@@ -32,6 +35,7 @@ from tests.support.servers import (
     pause,
     run,
     structured,
+    text_of,
 )
 
 pytestmark = pytest.mark.slow
@@ -78,17 +82,46 @@ def test_an_approved_note_write_works_on_a_fresh_server(
     [key] = fresh.printed_keys()
     note = f"first-run-{mode}"
 
-    async def scenario() -> dict[str, object]:
+    async def ask() -> dict[str, Any]:
         async with mcp_client(fresh.url, key, mode) as client:
             paused = await pause(client, note)
-            done = await client.call_tool(
+            # By default a person approves: the agent's own accept is refused, in words.
+            refused = await client.call_tool(
                 "resume", {"executionId": paused["executionId"], "action": "accept"}
             )
-            body = structured(done)
-            assert not done.is_error, body
-            return body
+            assert refused.is_error, structured(refused)
+            assert "A person must approve this call" in text_of(refused)
+            assert paused["interaction"]["approvalUrl"] in text_of(refused)
+            return paused
 
-    body = run(scenario())
+    paused = run(ask())
+    execution_id = str(paused["executionId"])
+    url = str(paused["interaction"]["approvalUrl"])
+    # The agent's key cannot accept through the HTTP API either.
+    api = f"{fresh.base_url}/api/executions/{execution_id}/resume"
+    with httpx2.Client(timeout=30) as http:
+        by_key = http.post(
+            api, headers={"Authorization": f"Bearer {key}"}, json={"action": "accept"}
+        )
+        assert by_key.status_code == 403, by_key.text
+        assert by_key.json()["error"]["code"] == "forbidden"
+        # The person opens the link and approves on the page (what its button sends).
+        page = http.get(url)
+        assert page.status_code == 200 and "Approve" in page.text
+        approved = http.post(
+            api,
+            headers={"X-Approval-Token": url.rsplit("/", 1)[1], "Origin": fresh.base_url},
+            json={"action": "accept"},
+        )
+        assert approved.status_code == 200, approved.text
+
+    async def collect() -> dict[str, Any]:
+        async with mcp_client(fresh.url, key, mode) as client:
+            done = await client.call_tool("resume", {"executionId": execution_id})
+            assert not done.is_error, structured(done)
+            return structured(done)
+
+    body = run(collect())
     assert body["status"] == "completed", body
     assert body["result"] == {"written": {"key": note, "written": True}}, body
     # Written where the default settings say, by the demo source itself.

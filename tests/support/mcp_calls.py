@@ -34,14 +34,21 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, key: str | None, mode: str) -> AsyncIterator[Client]:
-    """The real SDK client over streamable HTTP, with a Bearer key (or none)."""
+async def mcp_client(
+    url: str, key: str | None, mode: str, *, elicitation_callback: Any = None
+) -> AsyncIterator[Client]:
+    """The real SDK client over streamable HTTP, with a Bearer key (or none); with
+    `elicitation_callback`, a client that declares elicitation and answers with it."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     finished = False
     try:
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30.0) as http,
-            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+            Client(
+                streamable_http_client(url, http_client=http),
+                mode=mode,
+                elicitation_callback=elicitation_callback,
+            ) as client,
         ):
             yield client
             finished = True

@@ -19,6 +19,9 @@ def lockgate_env(database_url: str, notes_dir: Path, **settings: str) -> dict[st
         LOCKGATE_NOTES_DIR=str(notes_dir),
         LOCKGATE_SECRET_NOTES_TOKEN=CANARY,
         LOCKGATE_INSTANCE_NAME="a",
+        # The tests' clients stand in for the person and accept with resume's action; the
+        # tests of the other approval modes set their own.
+        LOCKGATE_APPROVAL_MODE="model",
     )
     if not database_url.startswith("sqlite"):
         # Every instance of a deployment on PostgreSQL signs approval links with one key

@@ -1,0 +1,119 @@
+"""The native door on a 2025 session: the client asks its person (MCP elicitation) while the
+`execute` or `resume` request that met the paused call is still open.
+
+Form mode, where the client declares elicitation: the call is described and the person
+accepts or declines; the answer decides the call (exactly the call shown: `expected_call`)
+and the execution goes on, within the same request. A client that declares only URL mode,
+or none, gets the approval page's URL in the answer, as in `browser` mode.
+
+Nothing is lost when the client does not answer: a dismissed prompt (`cancel`), an error, a
+dropped connection or the call's deadline leave the execution paused exactly as it was, and
+the other doors (the page, `resume` from any session, after any restart) still decide it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import ServerRequestContext
+
+from lockgate.machine.engine import Action
+from lockgate.machine.views import ExecutionView
+from lockgate.server.runner import ExecutionRunner
+from lockgate.server.shapes import Running
+
+log = logging.getLogger("lockgate.mcp")
+
+#: The most calls one request asks about in turn (code that pauses again after each
+#: decision); past it, the answer is the paused execution, for `resume` to go on with.
+MAX_ASKED = 20
+#: What the form asks for: nothing but the decision itself.
+DECISION_ONLY: types.ElicitRequestedSchema = {"type": "object", "properties": {}}
+
+
+def prompt(view: ExecutionView) -> str:
+    """What the person reads: the call, its arguments, whose code asks, until when."""
+    pending = view.pending
+    assert pending is not None
+    expires = (
+        f" The request expires at {pending.deadline:%Y-%m-%d %H:%M} UTC."
+        if (pending.deadline)
+        else ""
+    )
+    arguments = json.dumps(pending.arguments_preview, ensure_ascii=False)[:2000]
+    return (
+        f"Approve a call of tools.{pending.tool} with {arguments}? It was asked by code "
+        f"running for {view.principal_id} (execution {view.id}).{expires} Accept makes the "
+        "call; decline refuses it (the code sees PermissionError)."
+    )
+
+
+class NativeDoor:
+    def __init__(
+        self,
+        runner: ExecutionRunner,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.runner, self.clock = runner, clock
+
+    @staticmethod
+    def can_ask(ctx: ServerRequestContext[Any]) -> bool:
+        """Whether this request's client can be asked in a form, now (a 2026-07-28 request
+        has no channel for it: its door is InputRequiredResult)."""
+        session = ctx.session
+        declared = session.client_capabilities
+        if declared is None or declared.elicitation is None or not session.can_send_request:
+            return False
+        form, url = declared.elicitation.form, declared.elicitation.url
+        # A client that declared elicitation with neither mode (the 2025-06-18 form) has forms.
+        return form is not None or url is None
+
+    async def settle(
+        self, ctx: ServerRequestContext[Any], principal: str, outcome: ExecutionView | Running
+    ) -> ExecutionView | Running:
+        """Ask the client's person about each call the execution waits on, in turn."""
+        if not self.can_ask(ctx):
+            return outcome
+        for _ in range(MAX_ASKED):
+            if not isinstance(outcome, ExecutionView) or outcome.pending is None:
+                return outcome
+            decided = await self._ask_in_form(ctx, principal, outcome)
+            if decided is None:
+                return outcome  # unanswered: paused as it was, for the other doors
+            outcome = decided
+        return outcome
+
+    def _seconds_left(self, view: ExecutionView) -> float:
+        assert view.pending is not None
+        deadline = view.pending.deadline
+        if deadline is None:
+            return self.runner.runtime.settings.approval_ttl.total_seconds()
+        return max(0.0, (deadline - self.clock()).total_seconds())
+
+    async def _ask_in_form(
+        self, ctx: ServerRequestContext[Any], principal: str, view: ExecutionView
+    ) -> ExecutionView | Running | None:
+        assert view.pending is not None
+        try:
+            with anyio.fail_after(self._seconds_left(view)):
+                answer = await ctx.session.elicit_form(
+                    prompt(view), DECISION_ONLY, related_request_id=ctx.request_id
+                )
+        except Exception as exc:  # gone, refused or too late: the execution stays paused
+            log.info("execution %s: the client's prompt got no answer (%s)", view.id, exc)
+            return None
+        if answer.action == "accept":
+            action = Action.ACCEPT
+        elif answer.action == "decline":
+            action = Action.DECLINE
+        else:  # dismissed: nobody decided
+            return None
+        return await self.runner.resume(
+            principal, view.id, action, None, expected_call=view.pending.seq
+        )
