@@ -100,21 +100,22 @@ def test_time_limit(make: Callable[..., Sandbox]) -> None:
 
 
 def test_time_limit_counts_the_whole_execution(make: Callable[..., Sandbox]) -> None:
-    sb = make(max_duration_secs=0.5)
-    # About 50 ms of work between calls here (Monty runs about 20 million of these loop
-    # steps a second), 5 s in all: the limit falls well inside, after several calls, on a
-    # machine 5x slower or 5x faster. With a tenth of it the whole ran in about 0.5 s, and
-    # a fast moment finished it under the limit.
+    sb = make(max_duration_secs=0.5, max_calls=5000)
+    # About 2.5 ms of work between calls here (Monty runs about 20 million of these loop
+    # steps a second), 10 s in all: the 0.5 s limit falls after about 200 calls, and after
+    # several calls still on a machine (or a moment of contention) 100x slower, or 10x
+    # faster. Fixed larger steps failed both ways: a fast moment finished the whole under
+    # the limit, a contended one reached it before the second call.
     code = textwrap.dedent("""
-        for i in range(100):
+        for i in range(4000):
             t = 0
-            for j in range(1_000_000):
+            for j in range(50_000):
                 t += j
             tools.notes.write(i=i)
     """)
     step, requests = run(sb, code, lambda r: Returned(None))
     failed(step, FailureReason.TIME_LIMIT)
-    assert 1 < len(requests) < 100
+    assert 1 < len(requests) < 4000
 
 
 def test_recursion_limit(make: Callable[..., Sandbox]) -> None:
