@@ -24,6 +24,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
+from lockgate.machine.approval_audit import Decider, decision_record
 from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore, StoreWrite
@@ -235,8 +236,11 @@ class Engine:
         *,
         expected_call: int | None = None,
         writes: Sequence[StoreWrite] = (),
+        decided_by: Decider | None = None,
     ) -> ExecutionView:
-        """Apply a person's decision to a paused execution and run it on.
+        """Apply a person's decision to a paused execution and run it on. The decision is
+        stored with its audit record (`decided_by`: the door and who; by default the
+        server's own), in the decision's transaction.
 
         Repeating the decision that settled it returns the same outcome; any other attempt
         on an execution that is no longer waiting is `already_settled`. With
@@ -271,7 +275,15 @@ class Engine:
             if call_row is None:
                 raise RuntimeError(f"paused execution {execution_id} has no pending call")
             ex, call = record_of(row), record_of(call_row)
-            decision: JsonValue = {"action": str(action), "content": content}
+            decision: JsonValue = decision_record(
+                str(action),
+                content,
+                decided_by or Decider.of_server(),
+                arguments=call_row.arguments,
+                policy=self.policy.for_principal(principal_id),
+                decided_at=self.clock(),
+                expires_at=row.deadline,
+            )
             try:
                 self.write.apply(
                     Step(

@@ -51,6 +51,7 @@ from lockgate.server.approval_html import (
 )
 from lockgate.server.approval_tokens import USED, ApprovalTokens, TokenRefused
 from lockgate.server.auth import RequestRate, current_key_id
+from lockgate.server.deciders import by_key, by_link
 from lockgate.server.keys import ApiKeys
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.shapes import Running
@@ -128,7 +129,11 @@ class ApprovalSurface:
                 raise Refusal(403, "forbidden", refusal.message, refusal.hint)
         if token_row is None:
             outcome = await self.runner.resume(
-                principal, execution_id, Action(body.action), body.content
+                principal,
+                execution_id,
+                Action(body.action),
+                body.content,
+                decided_by=by_key(principal),
             )
         else:
             outcome = await self._decide_by_link(
@@ -156,6 +161,7 @@ class ApprovalSurface:
                 body.content,
                 expected_call=row.call_seq,
                 writes=[self.tokens.use(row, now=self.access.now())],
+                decided_by=by_link(row.principal_id),
             )
         except ApprovalTokenUsed:
             raise TokenRefused("used", USED) from None

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from lockgate.machine.bindings import binding_names
+from lockgate.server.cli_admin import audit_app, keys_app, policy_app, secrets_app
 from lockgate.server.cli_admin import fail as _fail
-from lockgate.server.cli_admin import keys_app, policy_app, secrets_app
 from lockgate.server.cli_sources import sources_app
 from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
@@ -197,6 +197,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(policy_app, name="policy")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sources_app, name="sources")
+app.add_typer(audit_app, name="audit")
 
 
 def is_loopback(host: str) -> bool:

@@ -1,6 +1,7 @@
 """The operator's administration commands: `lockgate keys`, `lockgate policy` and
 `lockgate secrets` (each opens the configured database; none starts a server).
-`lockgate sources` is in `server/cli_sources.py`."""
+`lockgate audit export` prints the decisions' audit records. `lockgate sources` is in
+`server/cli_sources.py`."""
 
 from __future__ import annotations
 
@@ -255,3 +256,48 @@ def secrets_rotate() -> None:
     except LockgateError as exc:
         raise _failed(exc, 2) from None
     typer.echo(f"re-encrypted {count} secrets under the first key")
+
+
+audit_app = typer.Typer(help="Read the audit trail of decisions.", no_args_is_help=True)
+
+
+@audit_app.command("export")
+def audit_export(
+    principal: Annotated[
+        str | None, typer.Option(help="Only decisions on this principal's executions.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only decisions at or after this ISO 8601 time.")
+    ] = None,
+) -> None:
+    """Print every decision on a gated call as a JSON line, oldest first: who decided and
+    through which door, the tool, a digest of the exact arguments, the policy revision."""
+    import json
+    from datetime import UTC, datetime
+
+    from lockgate.machine.approval_audit import exported
+    from lockgate.machine.db.migrate import prepare_database
+    from lockgate.machine.db.store import SqlStore
+    from lockgate.machine.settings import Settings
+
+    start: datetime | None = None
+    if since is not None:
+        try:
+            start = datetime.fromisoformat(since)
+        except ValueError:
+            raise fail(f"--since takes an ISO 8601 time (got {since!r})", 2) from None
+        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+    store = SqlStore(prepare_database(Settings()))
+    try:
+        for call, owner in store.audit_export.decided(principal_id=principal, since=start):
+            line = exported(
+                execution_id=call.execution_id,
+                principal_id=owner,
+                seq=call.seq,
+                tool=call.tool,
+                decision=call.decision,
+                decided_at=call.decided_at,
+            )
+            typer.echo(json.dumps(line, ensure_ascii=False))
+    finally:
+        store.engine.dispose()

@@ -36,6 +36,7 @@ from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
+from lockgate.server.deciders import by_resume
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
@@ -365,7 +366,11 @@ class LockgateMCP:
                     if resume.action == "accept" and mode is not ApprovalMode.MODEL:
                         await self._refuse_accept(principal, resume.execution_id, mode)
                     outcome = await self.runner.resume(
-                        principal, resume.execution_id, Action(resume.action), resume.content
+                        principal,
+                        resume.execution_id,
+                        Action(resume.action),
+                        resume.content,
+                        decided_by=by_resume(ctx, principal),
                     )
                 return await self._shape(outcome, mode)
             if params.name == "describe_tools":

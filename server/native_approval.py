@@ -25,6 +25,7 @@ from mcp.server import ServerRequestContext
 
 from lockgate.machine.engine import Action
 from lockgate.machine.views import ExecutionView
+from lockgate.server.deciders import by_client_prompt
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.shapes import Running
 
@@ -115,5 +116,10 @@ class NativeDoor:
         else:  # dismissed: nobody decided
             return None
         return await self.runner.resume(
-            principal, view.id, action, None, expected_call=view.pending.seq
+            principal,
+            view.id,
+            action,
+            None,
+            expected_call=view.pending.seq,
+            decided_by=by_client_prompt(ctx, principal),
         )

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from anyio import to_thread
 from pydantic import JsonValue
 
+from lockgate.machine.approval_audit import Decider
 from lockgate.machine.db.store import StoreWrite
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import LimitReached
@@ -229,6 +230,7 @@ class ExecutionRunner:
         *,
         expected_call: int | None = None,
         writes: Sequence[StoreWrite] = (),
+        decided_by: Decider | None = None,
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
         self.in_flight.claim(principal)
@@ -240,6 +242,7 @@ class ExecutionRunner:
                 content,
                 expected_call=expected_call,
                 writes=writes,
+                decided_by=decided_by,
             ),
             execution_id,
             principal,

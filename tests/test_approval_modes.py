@@ -9,6 +9,7 @@ allowed for ci unless ci's connection asks for a stricter mode.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -46,6 +47,12 @@ def test_the_principal_s_mode_and_a_stricter_connection_decide() -> None:
         ApprovalModes.from_text("native", "ci")
 
 
+def audit_lines(deployment: Deployment, principal: str) -> list[dict[str, Any]]:
+    exported = deployment.cli("audit", "export", "--principal", principal)
+    assert exported.returncode == 0, exported.stderr
+    return [json.loads(line) for line in exported.stdout.splitlines()]
+
+
 def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> None:
     server = deployment.start(LOCKGATE_APPROVAL_MODE="browser", LOCKGATE_APPROVAL_MODES="ci=model")
     alice = create_key_directly(deployment.database_url, "alice")
@@ -77,6 +84,10 @@ def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> 
     assert not done.is_error and structured(done)["status"] == "completed", structured(done)
     assert listed["resume"].input_schema["properties"]["action"]["enum"][0] == "accept"
     assert len(writes_of(deployment, "ci")) == 1
+    # Its audit record names the door, the actor and the client.
+    [record] = audit_lines(deployment, "ci")
+    assert (record["action"], record["door"], record["actor"]) == ("accept", "resume", "ci")
+    assert isinstance(record["client"], dict) and record["client"]["name"]
     # ... unless its connection asks a person to approve.
     _, refused = run(accept(server.url + "?approval=native", ci, "ci-native"))
     assert "approval mode native" in text_of(refused)

@@ -29,6 +29,7 @@ from tests.support.servers import (
     write_code,
     writes_of,
 )
+from tests.test_approval_modes import audit_lines
 
 pytest_plugins = ["tests.support.servers"]
 
@@ -66,6 +67,8 @@ def test_the_client_s_person_accepts_or_declines_within_the_request(
     [shown] = yes.shown
     assert "tools.notes.write" in shown and '"key": "asked-yes"' in shown and "alice" in shown
     assert len(writes_of(deployment, "asked-yes")) == 1
+    [record] = audit_lines(deployment, "alice")
+    assert (record["door"], record["actor"]) == ("client_prompt", "the person at alice's client")
 
     no = Person("decline")
     refused = run(execute(no, "asked-no"))
@@ -140,3 +143,5 @@ def test_a_prompt_open_when_the_server_dies_leaves_the_call_for_the_other_doors(
     done = run(find_and_approve())
     assert done["status"] == "completed", done
     assert len(writes_of(deployment, "asked-then-killed")) == 1
+    [record] = audit_lines(deployment, "alice")
+    assert (record["action"], record["door"]) == ("accept", "approval_page")

@@ -27,6 +27,7 @@ from sqlmodel import Session, SQLModel
 from lockgate.machine.db.approval_token_queries import (
     ApprovalTokenQueries,
 )
+from lockgate.machine.db.audit_export_queries import AuditExportQueries
 from lockgate.machine.db.connect import lazy_commits, sqlite_file
 from lockgate.machine.db.execution_queries import ExecutionQueries
 from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
@@ -147,6 +148,7 @@ class SqlStore:
         self.policies = PolicyQueries(engine, writer)
         self.secrets = SecretQueries(engine, writer)
         self.sources = SourceQueries(engine, writer)
+        self.audit_export = AuditExportQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 
