@@ -136,7 +136,9 @@ def create_app(
     tokens = ApprovalTokens(runtime.engine.store, keys, signing)
     log.info("approval links are signed with %s", signing.origin)
     approvals = ApprovalSurface(runtime, runner, keys, tokens, rate=rate)
-    mcp = LockgateMCP(runner, runtime.catalog.book, approvals.approval_url, settings.max_code_chars)
+    mcp = LockgateMCP(
+        runner, runtime.catalog.book, approvals, settings.max_code_chars, signing.keys
+    )
     security = transport_security(settings)
     session_manager = DurableSessionManager(
         mcp.server,

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from lockgate.machine.approval_audit import Decider
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, accept_refused
 from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed
 from lockgate.machine.db.schema import ApprovalToken
@@ -137,7 +138,10 @@ class ApprovalSurface:
             )
         else:
             outcome = await self._decide_by_link(
-                token_row, request.headers.get(TOKEN_HEADER, ""), body
+                token_row,
+                request.headers.get(TOKEN_HEADER, ""),
+                body,
+                by_link(token_row.principal_id),
             )
         if isinstance(outcome, Running):
             return JSONResponse(
@@ -146,8 +150,18 @@ class ApprovalSurface:
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(outcome, code), headers=NO_STORE)
 
+    async def decide_with_token(
+        self, token: str, principal: str, action: Action, decided_by: Decider
+    ) -> ExecutionView | Running:
+        """Decide the call an approval link was made for, as the page does (once only), for
+        a door that carries the link's token itself (a 2026-07-28 client's retry)."""
+        row = await to_thread.run_sync(self.access.check, token, None)
+        if row.principal_id != principal:
+            raise TokenRefused("unknown", "This approval belongs to someone else.")
+        return await self._decide_by_link(row, token, ResumeBody(action=action.value), decided_by)
+
     async def _decide_by_link(
-        self, row: ApprovalToken, token: str, body: ResumeBody
+        self, row: ApprovalToken, token: str, body: ResumeBody, decided_by: Decider
     ) -> ExecutionView | Running:
         """Decide the link's call, using the link up in the decision's own transaction:
         a crash before that commits leaves both undone (the link still works), and of two
@@ -161,7 +175,7 @@ class ApprovalSurface:
                 body.content,
                 expected_call=row.call_seq,
                 writes=[self.tokens.use(row, now=self.access.now())],
-                decided_by=by_link(row.principal_id),
+                decided_by=decided_by,
             )
         except ApprovalTokenUsed:
             raise TokenRefused("used", USED) from None

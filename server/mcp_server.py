@@ -10,12 +10,14 @@ unknown failure answers a generic internal error and is logged.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import mcp_types as types
 from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from lockgate.machine.approval_modes import (
@@ -29,30 +31,30 @@ from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import IdempotencyKeyReused
 from lockgate.machine.lost_report import request_key
-from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from lockgate.machine.source_book import SourceBook
-from lockgate.machine.tools.admin_source import ADD_GRAPHQL, ADD_MCP, ADD_OPENAPI, LIST, REMOVE
-from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import by_resume
+from lockgate.server.input_required import APPROVAL, InputRequiredDoor
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
+from lockgate.server.tool_listing import (
+    DESCRIBED_TOOLS,
+    SOURCE_TOOLS,
+    listed_signature,
+    listing,
+    source_tool_code,
+    source_tool_problems,
+    tool_list,
+)
+
+if TYPE_CHECKING:
+    from lockgate.server.approval_page import ApprovalSurface
 
 log = logging.getLogger("lockgate.mcp")
-
-
-#: What `execute`'s schema tells a client about the key.
-IDEMPOTENCY_KEY_HELP = (
-    "Optional. A fresh value (a UUID) per program you mean to run once. If the answer to "
-    "this call is lost (a restart, a broken connection), send the same call with the same "
-    "key: it is attached to the execution the first one started (its result, or its "
-    "current state) instead of starting a second. A key already used with other code is "
-    "refused with idempotency_key_reused."
-)
 
 
 class ExecuteArguments(BaseModel):
@@ -84,173 +86,16 @@ def _problems(exc: ValidationError) -> str:
     return "Invalid arguments: " + "; ".join(parts)
 
 
-def listed_signature(spec: ToolSpec, decision: PolicyDecision) -> str:
-    """`tools.notes.write(key: str, text: str) -> dict  # auto-approved`: the signature with
-    what this server's policy does with a call.
-
-    The registry leaves a call that runs at once unannotated; a listing says so in words, so
-    an agent never has to infer the policy from a missing note.
-    """
-    bare, _, notes = spec.signature(decision).partition("  # ")
-    words = DECISION_WORDS[decision]
-    if decision is PolicyDecision.APPROVE:
-        notes = f"{words}; {notes}" if notes else words
-    return f"{bare}  # {notes}"
-
-
-def listing(
-    registry: ToolRegistry, policy: Policy, query: str = ""
-) -> list[tuple[ToolSpec, PolicyDecision]]:
-    """The tools matching `query`, each with the decision the engine will make for its calls
-    under the server's configured policy (never the tool's default alone)."""
-    return [(spec, policy.decide(spec)) for spec in registry.describe(query)]
-
-
-#: Up to this many tools, the execute tool's description lists each signature; past it (a
-#: large API: hundreds of operations), each source with its count and how to search.
-LISTED_TOOLS = 40
-#: The most tools one `describe_tools` answer lists; a query narrows a larger match.
-DESCRIBED_TOOLS = 50
-
-
-def execute_description(registry: ToolRegistry, policy: Policy, model_accepts: bool = True) -> str:
-    then = (
-        "call `resume` with the executionId (and action accept/decline/cancel when the user "
-        "decided in chat)."
-        if model_accepts
-        else "a person approves at the approvalUrl (you cannot accept); then call `resume` "
-        "with only the executionId for the result."
-    )
-    lines = [
-        "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
-        "keyword arguments; the value of the last expression is the result and print() "
-        "output is returned as logs. Some calls need a person's approval: the answer is then "
-        f"`waiting_for_interaction` with an executionId and an approvalUrl; {then} "
-        "A declined or blocked call raises PermissionError inside the code.",
-    ]
-    namespace = registry.namespace()
-    count = sum(len(names) for names in namespace.values())
-    if count <= LISTED_TOOLS:
-        lines[0] += " Available tools, with what this server's policy does with their calls:"
-        found = listing(registry, policy)  # the policy's decision for each, only when listed
-        lines += [f"- {listed_signature(spec, decision)}" for spec, decision in found]
-        return "\n".join(lines)
-    lines[0] += (
-        f" There are {count} tools, too many to list here: call `describe_tools` with a "
-        "query (words of a tool's name or description, e.g. 'create invoice') for their "
-        "signatures and what this server's policy does with their calls. The sources:"
-    )
-    lines += [f"- tools.{source}: {len(names)} tools" for source, names in namespace.items()]
-    return "\n".join(lines)
-
-
-#: The source tools, offered as MCP tools too: a client without code adds its sources.
-SOURCE_TOOLS = {spec.name: spec for spec in (ADD_OPENAPI, ADD_GRAPHQL, ADD_MCP, LIST, REMOVE)}
-
-
-def source_tool_code(name: str, arguments: dict[str, Any]) -> str:
-    """The code an MCP call of a source tool runs: the same call, from agent code. The
-    arguments are JSON values, whose `repr` is a Python literal of the same value."""
-    return f"tools.lockgate.{name}(**{arguments!r})"
-
-
-def _source_tools() -> list[types.Tool]:
-    return [
-        types.Tool(
-            name=name,
-            description=f"{spec.description} Runs as an execution of "
-            f"tools.lockgate.{name}(...): a call that needs approval answers like `execute` "
-            "(waiting_for_interaction, then `resume`).",
-            input_schema=spec.parameters,
-        )
-        for name, spec in SOURCE_TOOLS.items()
-    ]
-
-
-#: What `resume` says it does, by who may accept.
-RESUME_HELP = {
-    True: "Continue a paused execution with a decision (accept, decline or cancel), or, "
-    "without an action, wait for the result of a running or browser-approved execution. "
-    "Works from any session, after restarts and on any instance.",
-    False: "A person approves calls on this server (at the approvalUrl, or in your client's "
-    "prompt); you cannot accept them. Without an action: wait for the result once they "
-    "approved (or see the call still waiting, with its approvalUrl). With decline or cancel: "
-    "give the call up yourself. Works from any session, after restarts and on any instance.",
-}
-
-
-def tool_list(
-    registry: ToolRegistry,
-    policy: Policy,
-    max_code_chars: int,
-    mode: ApprovalMode = ApprovalMode.MODEL,
-) -> list[types.Tool]:
-    model_accepts = mode is ApprovalMode.MODEL
-    actions = ["accept", "decline", "cancel"] if model_accepts else ["decline", "cancel"]
-    return [
-        types.Tool(
-            name="execute",
-            description=execute_description(registry, policy, model_accepts),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars},
-                    "idempotencyKey": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": 128,
-                        "description": IDEMPOTENCY_KEY_HELP,
-                    },
-                },
-                "required": ["code"],
-                "additionalProperties": False,
-            },
-        ),
-        types.Tool(
-            name="resume",
-            description=RESUME_HELP[model_accepts],
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "executionId": {"type": "string"},
-                    "action": {"type": "string", "enum": actions},
-                    "content": {"description": "Optional data sent with the decision."},
-                },
-                "required": ["executionId"],
-                "additionalProperties": False,
-            },
-        ),
-        types.Tool(
-            name="describe_tools",
-            description="Details of the tools the code can call: arguments, and what this "
-            "server's policy does with a call (auto-approved, requires approval, or blocked); "
-            "`query` filters by words in their names and descriptions.",
-            input_schema={
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "additionalProperties": False,
-            },
-        ),
-        *_source_tools(),
-    ]
-
-
-def source_tool_problems(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
-    """The arguments' problems against the tool's schema, in words, before an execution is
-    started for them (the code would fail on them the same way)."""
-    from lockgate.machine.tools.arguments import check_arguments
-    from lockgate.machine.tools.errors import InvalidArguments
-
-    try:
-        check_arguments(spec, dict(arguments), [])
-    except InvalidArguments as exc:
-        return exc.message
-    return None
-
-
 def _asked_mode(ctx: ServerRequestContext[Any]) -> str | None:
     """The approval mode the connection asked for on the MCP URL, if any."""
     return ctx.request.query_params.get(QUERY_PARAMETER) if ctx.request is not None else None
+
+
+def _decided(params: types.CallToolRequestParams) -> bool:
+    """Whether a retry's answer decided (accept or decline): a dismissed prompt is not asked
+    again in a loop; its answer names the approval page instead."""
+    answer = (params.input_responses or {}).get(APPROVAL)
+    return isinstance(answer, types.ElicitResult) and answer.action in ("accept", "decline")
 
 
 class LockgateMCP:
@@ -258,26 +103,41 @@ class LockgateMCP:
         self,
         runner: ExecutionRunner,
         book: SourceBook,
-        approval_url: Any,
+        approvals: ApprovalSurface,
         max_code_chars: int,
+        request_state_keys: Sequence[bytes],
     ) -> None:
         #: Each principal's tools, for its listings.
         self.runner, self.book = runner, book
         #: The engine's own policy, so a listing shows the decision a call will meet.
         self.policy = runner.runtime.engine.policy
         #: (ExecutionView) -> approval URL for its pending call.
-        self.approval_url = approval_url
+        self.approval_url = approvals.approval_url
         self.max_code_chars = max_code_chars
         settings = runner.runtime.settings
         #: Who may accept a gated call, per principal and connection.
         self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
         #: In `native` mode: the client's own prompt to its person (2025 sessions).
         self.native = NativeDoor(runner)
+        #: In `native` mode on 2026-07-28: the person's answer comes with the client's retry.
+        self.input_required = InputRequiredDoor(approvals)
         self.server: Server[Any] = Server(
             "lockgate",
             version="0.1.0",
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
+        )
+        # Seals the retry's `requestState` under keys every instance shares, bound to the
+        # request and the principal, for as long as an approval can wait.
+        self.server.middleware.append(
+            RequestStateBoundary(
+                RequestStateSecurity(
+                    keys=list(request_state_keys),
+                    ttl=settings.approval_ttl.total_seconds(),
+                    bind_principal=lambda ctx: current_principal.get(),
+                ),
+                default_audience="lockgate",
+            )
         )
 
     async def list_tools(
@@ -312,6 +172,30 @@ class LockgateMCP:
         )
         return shapes.execution(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
 
+    async def _finish(
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        outcome: ExecutionView | shapes.Running,
+        mode: ApprovalMode,
+        *,
+        ask: bool = True,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The answer about `outcome`; in `native` mode, a call it waits on is first put to
+        the client's person: within this request (2025), or as `input_required` (2026)."""
+        if mode is ApprovalMode.NATIVE and ask:
+            if self.native.can_ask(ctx):
+                outcome = await self.native.settle(ctx, principal, outcome)
+            elif (
+                self.input_required.applies(ctx)
+                and isinstance(outcome, ExecutionView)
+                and outcome.pending is not None
+            ):
+                asked = await self.input_required.ask(outcome)
+                if asked is not None:
+                    return asked
+        return await self._shape(outcome, mode)
+
     async def _refuse_accept(self, principal: str, execution_id: str, mode: ApprovalMode) -> None:
         """Raise the refusal of the model's own accept, with the page to send the person
         to; an execution with no call waiting gets resume's own answer instead."""
@@ -322,7 +206,7 @@ class LockgateMCP:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         principal = current_principal.get()
         ready = stream_ready.get()
         if ready is not None:
@@ -336,6 +220,13 @@ class LockgateMCP:
         execution_id: str | None = None
         try:
             mode = self.modes.for_connection(principal, _asked_mode(ctx))
+            if params.request_state is not None and (
+                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS
+            ):
+                # The client's retry with its person's answer: nothing runs again.
+                outcome = await self.input_required.answer(ctx, principal, params)
+                answered = await self._finish(ctx, principal, outcome, mode, ask=_decided(params))
+                return answered
             if params.name == "execute":
                 args = ExecuteArguments.model_validate(arguments)
                 if len(args.code) > self.max_code_chars:
@@ -351,28 +242,24 @@ class LockgateMCP:
                 outcome = await self.runner.execute(
                     principal, args.code, session_id, origin, args.idempotency_key
                 )
-                if mode is ApprovalMode.NATIVE:
-                    outcome = await self.native.settle(ctx, principal, outcome)
-                return await self._shape(outcome, mode)
+                return await self._finish(ctx, principal, outcome, mode)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)
                 execution_id = resume.execution_id
                 log_execution_id.set(execution_id)
                 if resume.action is None:
                     outcome = await self.runner.wait(principal, resume.execution_id)
-                    if mode is ApprovalMode.NATIVE:
-                        outcome = await self.native.settle(ctx, principal, outcome)
-                else:
-                    if resume.action == "accept" and mode is not ApprovalMode.MODEL:
-                        await self._refuse_accept(principal, resume.execution_id, mode)
-                    outcome = await self.runner.resume(
-                        principal,
-                        resume.execution_id,
-                        Action(resume.action),
-                        resume.content,
-                        decided_by=by_resume(ctx, principal),
-                    )
-                return await self._shape(outcome, mode)
+                    return await self._finish(ctx, principal, outcome, mode)
+                if resume.action == "accept" and mode is not ApprovalMode.MODEL:
+                    await self._refuse_accept(principal, resume.execution_id, mode)
+                outcome = await self.runner.resume(
+                    principal,
+                    resume.execution_id,
+                    Action(resume.action),
+                    resume.content,
+                    decided_by=by_resume(ctx, principal),
+                )
+                return await self._finish(ctx, principal, outcome, mode)
             if params.name == "describe_tools":
                 query = DescribeArguments.model_validate(arguments).query
                 policy = await to_thread.run_sync(self.policy.for_principal, principal)
@@ -416,9 +303,7 @@ class LockgateMCP:
                     else None,
                     None,
                 )
-                if mode is ApprovalMode.NATIVE:
-                    outcome = await self.native.settle(ctx, principal, outcome)
-                return await self._shape(outcome, mode)
+                return await self._finish(ctx, principal, outcome, mode)
             return shapes.invalid(
                 f"Unknown tool {params.name!r}: this server offers execute, resume, "
                 f"describe_tools and {', '.join(SOURCE_TOOLS)}."

@@ -21,7 +21,7 @@ import pytest
 from mcp import MCPError
 
 from lockgate.machine.lost_report import request_key
-from lockgate.server.mcp_server import SOURCE_TOOLS
+from lockgate.server.tool_listing import SOURCE_TOOLS
 from lockgate.spec import ExecutionStatus as E
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,

@@ -18,6 +18,7 @@ from typing import Any
 import httpx2
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.support.servers import (
     Deployment,
@@ -26,6 +27,7 @@ from tests.support.servers import (
     pause,
     run,
     structured,
+    text_of,
     write_code,
     writes_of,
 )
@@ -145,3 +147,79 @@ def test_a_prompt_open_when_the_server_dies_leaves_the_call_for_the_other_doors(
     assert len(writes_of(deployment, "asked-then-killed")) == 1
     [record] = audit_lines(deployment, "alice")
     assert (record["action"], record["door"]) == ("accept", "approval_page")
+
+
+# -- 2026-07-28: the person's answer comes with the client's retry (InputRequiredResult) --------
+
+
+def test_a_2026_client_s_person_decides_through_input_required(deployment: Deployment) -> None:
+    server = deployment.start(LOCKGATE_APPROVAL_MODE="native")
+    key = create_key_directly(deployment.database_url, "alice")
+
+    async def execute(person: Person, note: str) -> dict[str, Any]:
+        # The SDK's client answers `input_required` with its elicitation callback and
+        # retries on its own, as any 2026-07-28 client does.
+        async with mcp_client(server.url, key, "2026-07-28", elicitation_callback=person) as client:
+            answer = await client.call_tool("execute", {"code": write_code(note)})
+            assert not answer.is_error, structured(answer)
+            return structured(answer)
+
+    yes = Person("accept")
+    done = run(execute(yes, "mrtr-yes"))
+    assert done["result"] == {"written": {"key": "mrtr-yes", "written": True}}, done
+    [shown] = yes.shown
+    assert "tools.notes.write" in shown and "mrtr-yes" in shown
+    assert len(writes_of(deployment, "mrtr-yes")) == 1
+    assert audit_lines(deployment, "alice")[-1]["door"] == "client_prompt"
+
+    no = run(execute(Person("decline"), "mrtr-no"))
+    assert "declined by the approver" in no["result"]["refused"]
+    # Dismissed: answered with the page, not asked again in a loop.
+    later = run(execute(Person("cancel"), "mrtr-later"))
+    assert later["status"] == "waiting_for_interaction" and later["interaction"]["approvalUrl"]
+    assert writes_of(deployment, "mrtr-no") == [] and writes_of(deployment, "mrtr-later") == []
+
+
+def test_the_retry_works_on_another_instance_after_a_restart_and_only_once(
+    deployment: Deployment,
+) -> None:
+    first = deployment.start(name="first", LOCKGATE_APPROVAL_MODE="native")
+    key = create_key_directly(deployment.database_url, "alice")
+    call = {"code": write_code("mrtr-moved")}
+
+    async def ask() -> types.InputRequiredResult:
+        async with mcp_client(first.url, key, "2026-07-28", elicitation_callback=Person("x")) as c:
+            asked = await c.session.call_tool("execute", call, allow_input_required=True)
+            assert isinstance(asked, types.InputRequiredResult), asked
+            return asked
+
+    asked = run(ask())
+    assert asked.request_state and asked.input_requests and "approval" in asked.input_requests
+    assert first.kill() == -signal.SIGKILL
+    second = deployment.start(name="second", LOCKGATE_APPROVAL_MODE="native")
+    accept: types.InputResponses = {"approval": types.ElicitResult(action="accept")}
+
+    async def retry(state: str, arguments: dict[str, Any] = call) -> Any:
+        """The retry's answer, or the protocol error it got, in words."""
+        async with mcp_client(second.url, key, "2026-07-28", elicitation_callback=Person("x")) as c:
+            try:
+                return await c.session.call_tool(
+                    "execute", arguments, input_responses=accept, request_state=state
+                )
+            except MCPError as exc:
+                return f"{exc.error.code}: {exc.error.message}"
+
+    done = run(retry(asked.request_state))
+    assert not done.is_error and structured(done)["status"] == "completed", structured(done)
+    assert len(writes_of(deployment, "mrtr-moved")) == 1
+
+    # Replayed: the approval it names was used; nothing is made twice.
+    replayed = run(retry(asked.request_state))
+    assert replayed.is_error and "used" in text_of(replayed), text_of(replayed)
+    # Tampered, or sent with another program: refused by the SDK's boundary (-32602).
+    state = asked.request_state
+    tampered = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+    refused = "-32602: Invalid or expired requestState"
+    assert run(retry(tampered)) == refused
+    assert run(retry(state, {"code": "1"})) == refused
+    assert len(writes_of(deployment, "mrtr-moved")) == 1

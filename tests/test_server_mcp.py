@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lockgate.server.mcp_server import SOURCE_TOOLS
+from lockgate.server.tool_listing import SOURCE_TOOLS
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,

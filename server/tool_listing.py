@@ -1,0 +1,187 @@
+"""What the MCP surface lists: `execute`, `resume`, `describe_tools` and the source tools,
+with each tool's signature and the decision its calls meet, as each principal (and its
+approval mode) sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+
+from lockgate.machine.approval_modes import ApprovalMode
+from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
+from lockgate.machine.tools.admin_source import ADD_GRAPHQL, ADD_MCP, ADD_OPENAPI, LIST, REMOVE
+from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
+
+#: What `execute`'s schema tells a client about the key.
+IDEMPOTENCY_KEY_HELP = (
+    "Optional. A fresh value (a UUID) per program you mean to run once. If the answer to "
+    "this call is lost (a restart, a broken connection), send the same call with the same "
+    "key: it is attached to the execution the first one started (its result, or its "
+    "current state) instead of starting a second. A key already used with other code is "
+    "refused with idempotency_key_reused."
+)
+
+
+def listed_signature(spec: ToolSpec, decision: PolicyDecision) -> str:
+    """`tools.notes.write(key: str, text: str) -> dict  # auto-approved`: the signature with
+    what this server's policy does with a call.
+
+    The registry leaves a call that runs at once unannotated; a listing says so in words, so
+    an agent never has to infer the policy from a missing note.
+    """
+    bare, _, notes = spec.signature(decision).partition("  # ")
+    words = DECISION_WORDS[decision]
+    if decision is PolicyDecision.APPROVE:
+        notes = f"{words}; {notes}" if notes else words
+    return f"{bare}  # {notes}"
+
+
+def listing(
+    registry: ToolRegistry, policy: Policy, query: str = ""
+) -> list[tuple[ToolSpec, PolicyDecision]]:
+    """The tools matching `query`, each with the decision the engine will make for its calls
+    under the server's configured policy (never the tool's default alone)."""
+    return [(spec, policy.decide(spec)) for spec in registry.describe(query)]
+
+
+#: Up to this many tools, the execute tool's description lists each signature; past it (a
+#: large API: hundreds of operations), each source with its count and how to search.
+LISTED_TOOLS = 40
+#: The most tools one `describe_tools` answer lists; a query narrows a larger match.
+DESCRIBED_TOOLS = 50
+
+
+def execute_description(registry: ToolRegistry, policy: Policy, model_accepts: bool = True) -> str:
+    then = (
+        "call `resume` with the executionId (and action accept/decline/cancel when the user "
+        "decided in chat)."
+        if model_accepts
+        else "a person approves at the approvalUrl (you cannot accept); then call `resume` "
+        "with only the executionId for the result."
+    )
+    lines = [
+        "Run Python code in a sandbox. The code calls tools as tools.<source>.<tool>(...) with "
+        "keyword arguments; the value of the last expression is the result and print() "
+        "output is returned as logs. Some calls need a person's approval: the answer is then "
+        f"`waiting_for_interaction` with an executionId and an approvalUrl; {then} "
+        "A declined or blocked call raises PermissionError inside the code.",
+    ]
+    namespace = registry.namespace()
+    count = sum(len(names) for names in namespace.values())
+    if count <= LISTED_TOOLS:
+        lines[0] += " Available tools, with what this server's policy does with their calls:"
+        found = listing(registry, policy)  # the policy's decision for each, only when listed
+        lines += [f"- {listed_signature(spec, decision)}" for spec, decision in found]
+        return "\n".join(lines)
+    lines[0] += (
+        f" There are {count} tools, too many to list here: call `describe_tools` with a "
+        "query (words of a tool's name or description, e.g. 'create invoice') for their "
+        "signatures and what this server's policy does with their calls. The sources:"
+    )
+    lines += [f"- tools.{source}: {len(names)} tools" for source, names in namespace.items()]
+    return "\n".join(lines)
+
+
+#: The source tools, offered as MCP tools too: a client without code adds its sources.
+SOURCE_TOOLS = {spec.name: spec for spec in (ADD_OPENAPI, ADD_GRAPHQL, ADD_MCP, LIST, REMOVE)}
+
+
+def source_tool_code(name: str, arguments: dict[str, Any]) -> str:
+    """The code an MCP call of a source tool runs: the same call, from agent code. The
+    arguments are JSON values, whose `repr` is a Python literal of the same value."""
+    return f"tools.lockgate.{name}(**{arguments!r})"
+
+
+def _source_tools() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=name,
+            description=f"{spec.description} Runs as an execution of "
+            f"tools.lockgate.{name}(...): a call that needs approval answers like `execute` "
+            "(waiting_for_interaction, then `resume`).",
+            input_schema=spec.parameters,
+        )
+        for name, spec in SOURCE_TOOLS.items()
+    ]
+
+
+#: What `resume` says it does, by who may accept.
+RESUME_HELP = {
+    True: "Continue a paused execution with a decision (accept, decline or cancel), or, "
+    "without an action, wait for the result of a running or browser-approved execution. "
+    "Works from any session, after restarts and on any instance.",
+    False: "A person approves calls on this server (at the approvalUrl, or in your client's "
+    "prompt); you cannot accept them. Without an action: wait for the result once they "
+    "approved (or see the call still waiting, with its approvalUrl). With decline or cancel: "
+    "give the call up yourself. Works from any session, after restarts and on any instance.",
+}
+
+
+def tool_list(
+    registry: ToolRegistry,
+    policy: Policy,
+    max_code_chars: int,
+    mode: ApprovalMode = ApprovalMode.MODEL,
+) -> list[types.Tool]:
+    model_accepts = mode is ApprovalMode.MODEL
+    actions = ["accept", "decline", "cancel"] if model_accepts else ["decline", "cancel"]
+    return [
+        types.Tool(
+            name="execute",
+            description=execute_description(registry, policy, model_accepts),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars},
+                    "idempotencyKey": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 128,
+                        "description": IDEMPOTENCY_KEY_HELP,
+                    },
+                },
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="resume",
+            description=RESUME_HELP[model_accepts],
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "executionId": {"type": "string"},
+                    "action": {"type": "string", "enum": actions},
+                    "content": {"description": "Optional data sent with the decision."},
+                },
+                "required": ["executionId"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="describe_tools",
+            description="Details of the tools the code can call: arguments, and what this "
+            "server's policy does with a call (auto-approved, requires approval, or blocked); "
+            "`query` filters by words in their names and descriptions.",
+            input_schema={
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "additionalProperties": False,
+            },
+        ),
+        *_source_tools(),
+    ]
+
+
+def source_tool_problems(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    """The arguments' problems against the tool's schema, in words, before an execution is
+    started for them (the code would fail on them the same way)."""
+    from lockgate.machine.tools.arguments import check_arguments
+    from lockgate.machine.tools.errors import InvalidArguments
+
+    try:
+        check_arguments(spec, dict(arguments), [])
+    except InvalidArguments as exc:
+        return exc.message
+    return None
