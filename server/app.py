@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
+from lockgate.server.approval_inbox import ApprovalInbox
 from lockgate.server.approval_page import ApprovalSurface
 from lockgate.server.approval_tokens import ApprovalTokens, LinkKeys, link_keys
 from lockgate.server.auth import (
@@ -194,6 +195,7 @@ def create_app(
                 runtime, metrics, ready, keys if settings.metrics_require_key else None
             ),
             *approvals.routes(),
+            *ApprovalInbox(approvals).routes(),
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
         ],
         lifespan=lifespan,

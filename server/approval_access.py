@@ -89,6 +89,10 @@ class ApprovalAccess:
                 raise token_refusal(exc) from None
             self._admit(row.principal_id)
             return row.principal_id, row
+        return await self.key_principal(request), None
+
+    async def key_principal(self, request: Request) -> str:
+        """The Bearer key's principal (admitted under its rate), or the refusal in words."""
         key = bearer_token(request.scope)
         principal = await to_thread.run_sync(self.keys.authenticate, key) if key else None
         if principal is None:
@@ -105,7 +109,7 @@ class ApprovalAccess:
                 },
             )
         self._admit(principal)
-        return principal, None
+        return principal
 
     def _admit(self, principal: str) -> None:
         wait = self.rate.admit(principal) if self.rate is not None else None

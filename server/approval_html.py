@@ -85,7 +85,7 @@ button:disabled{opacity:.5;cursor:default}
 """
 
 
-def _document(title: str, body: str, nonce: str) -> str:
+def document(title: str, body: str, nonce: str) -> str:
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width,initial-scale=1'>"
@@ -96,13 +96,13 @@ def _document(title: str, body: str, nonce: str) -> str:
     )
 
 
-def _html(status: int, document: str, nonce: str) -> HTMLResponse:
+def html_response(status: int, page: str, nonce: str) -> HTMLResponse:
     csp = (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
     return HTMLResponse(
-        document, status_code=status, headers={**NO_STORE, "Content-Security-Policy": csp}
+        page, status_code=status, headers={**NO_STORE, "Content-Security-Policy": csp}
     )
 
 
@@ -113,7 +113,7 @@ def _notice(status: int, title: str, message: str, hint: str) -> HTMLResponse:
         f"<h1 id='title'>{esc(title)}</h1><p id='notice'>{esc(message)}</p>"
         f"<p class='muted'>{esc(hint)}</p>"
     )
-    return _html(status, _document(title, body, nonce), nonce)
+    return html_response(status, document(title, body, nonce), nonce)
 
 
 def _json_for_script(value: Any) -> str:
@@ -210,7 +210,7 @@ approve; if you decline, the code is told the call was refused.</p>
 <pre id="result"></pre>
 <script type="application/json" id="data">{data}</script>
 <script nonce="{nonce}">{_SCRIPT}</script>"""
-    return _html(200, _document(f"Approve {view['tool']}?", body, nonce), nonce)
+    return html_response(200, document(f"Approve {view['tool']}?", body, nonce), nonce)
 
 
 def token_notice(reason: str) -> HTMLResponse:

@@ -31,6 +31,7 @@ from lockgate.machine.db.audit_export_queries import AuditExportQueries
 from lockgate.machine.db.connect import lazy_commits, sqlite_file
 from lockgate.machine.db.execution_queries import ExecutionQueries
 from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
+from lockgate.machine.db.inbox_queries import InboxQueries
 from lockgate.machine.db.instance_queries import InstanceQueries
 from lockgate.machine.db.key_queries import KeyQueries
 from lockgate.machine.db.metrics_queries import MetricsQueries
@@ -149,6 +150,7 @@ class SqlStore:
         self.secrets = SecretQueries(engine, writer)
         self.sources = SourceQueries(engine, writer)
         self.audit_export = AuditExportQueries(engine)
+        self.inbox = InboxQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 
