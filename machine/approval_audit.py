@@ -32,6 +32,8 @@ class Door(StrEnum):
     APPROVAL_PAGE = "approval_page"
     #: The client's own prompt to its person (MCP elicitation, approval mode `native`).
     CLIENT_PROMPT = "client_prompt"
+    #: `tasks/update` or `tasks/cancel` of the tasks extension (the client's person).
+    TASK = "task_update"
     #: Code inside the server (tests, tools of the operator's own).
     SERVER = "server"
 

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
         default=timedelta(hours=24),
         description="How long a paused execution waits for a decision before it expires.",
     )
+    task_ttl: timedelta = Field(
+        default=timedelta(days=7),
+        description="How long a task (tasks extension) can be read after it was created; past "
+        "it, tasks/get answers that it expired. Keep it longer than LOCKGATE_APPROVAL_TTL.",
+    )
     checkpoint_every_call: bool = Field(
         default=True,
         description="Store a sandbox snapshot at every tool call, so a crash goes on from the "
@@ -326,6 +331,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "approval_ttl",
+        "task_ttl",
         "lease_ttl",
         "heartbeat_interval",
         "sweep_interval",

@@ -41,6 +41,8 @@ from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
+from lockgate.server.tasks import Tasks
+from lockgate.server.tasks import declared as task_declared
 from lockgate.server.tool_listing import (
     DESCRIBED_TOOLS,
     SOURCE_TOOLS,
@@ -122,11 +124,14 @@ class LockgateMCP:
         #: In `native` mode on 2026-07-28: the person's answer comes with the client's retry.
         self.input_required = InputRequiredDoor(approvals)
         self.server: Server[Any] = Server(
-            "lockgate",
-            version="0.1.0",
-            on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            "lockgate", version="0.1.0", on_list_tools=self.list_tools
         )
+        # Registered by method rather than `on_call_tool`: an answer may be a task, a
+        # result shape of the tasks extension the SDK's typed callback does not name.
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
+        #: The tasks extension: `execute` as a durable task, polled with tasks/get.
+        self.tasks = Tasks(runner, self.modes, self.approval_url)
+        self.tasks.install(self.server)
         # Seals the retry's `requestState` under keys every instance shares, bound to the
         # request and the principal, for as long as an approval can wait.
         self.server.middleware.append(
@@ -206,7 +211,7 @@ class LockgateMCP:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         principal = current_principal.get()
         ready = stream_ready.get()
         if ready is not None:
@@ -239,9 +244,17 @@ class LockgateMCP:
                     if session_id and ctx.request_id is not None
                     else None
                 )
+                as_task = task_declared(ctx)
                 outcome = await self.runner.execute(
-                    principal, args.code, session_id, origin, args.idempotency_key
+                    principal,
+                    args.code,
+                    session_id,
+                    origin,
+                    args.idempotency_key,
+                    budget=0 if as_task else None,
                 )
+                if as_task:  # stored already: the client polls it with tasks/get
+                    return await to_thread.run_sync(self.tasks.created, outcome, mode)
                 return await self._finish(ctx, principal, outcome, mode)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)

@@ -152,6 +152,7 @@ class ExecutionRunner:
         work: Callable[[], ExecutionView],
         execution_id: str,
         principal: str | None = None,
+        budget: float | None = None,
     ) -> ExecutionView | Running:
         """Run `work` in a worker thread, answering `running` past the budget. With
         `principal`, the work holds one of its claimed in-flight places (see `InFlight`),
@@ -164,7 +165,7 @@ class ExecutionRunner:
                 self.in_flight.release(principal)
             raise
         wrapped = asyncio.wrap_future(future)
-        done, _ = await asyncio.wait({wrapped}, timeout=self.budget)
+        done, _ = await asyncio.wait({wrapped}, timeout=self.budget if budget is None else budget)
         if not done:
             # The thread goes on and the row will tell; its outcome is read (and dropped)
             # when it ends, so asyncio has nothing to complain about.
@@ -196,10 +197,14 @@ class ExecutionRunner:
         session_id: str | None,
         origin: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        budget: float | None = None,
     ) -> ExecutionView | Running:
         """Start and run new code; with `idempotency_key`, a call that repeats one which
         already started an execution waits for that execution instead (a retry of a lost
-        `execute` is attached to it: no second execution, no limit spent)."""
+        `execute` is attached to it: no second execution, no limit spent). `budget`: how
+        long to wait for an outcome (default: the wait budget; 0 for a task, which answers
+        once the execution is stored)."""
         engine = self.runtime.engine
         self.in_flight.claim(principal)
         try:
@@ -219,7 +224,9 @@ class ExecutionRunner:
         except BaseException:
             self.in_flight.release(principal)
             raise
-        return await self._within_budget(lambda: engine.carry_on(claimed), claimed.id, principal)
+        return await self._within_budget(
+            lambda: engine.carry_on(claimed), claimed.id, principal, budget
+        )
 
     async def resume(
         self,

@@ -1,0 +1,205 @@
+"""The tasks extension (`io.modelcontextprotocol/tasks`, modelcontextprotocol/ext-tasks),
+which the SDK does not implement, on the SDK's own request-handler API.
+
+A task is its execution: the task id is the execution id (128 random bits; every task
+request is checked against the caller's principal, and another principal's task is as
+unknown as a made-up one). So a task is durable before `execute` answers with it (the row
+commits first), and any instance serves it after any restart. `spec/task_status.py` maps
+execution states to task statuses.
+
+- `execute` from a 2026-07-28 request that declares the extension answers a
+  `CreateTaskResult` (`resultType: "task"`) at once; the code runs on.
+- `tasks/get` answers the detailed task: `inputRequests` with one elicitation per call
+  waiting for approval (keyed `approval-<call>`, so a key names one call for the task's
+  whole life), `result` with what `execute` would have answered.
+- `tasks/update` takes the person's answer for an outstanding key (others are ignored, as
+  the extension says) and decides exactly that call; `tasks/cancel` cancels a task that
+  waits for approval (cancellation of running code is not honoured: cooperative, as the
+  extension allows).
+- A request that does not declare the extension gets -32021; an unknown, foreign or expired
+  task -32602.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta
+from typing import Any
+
+import mcp_types as types
+from anyio import to_thread
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, Field
+
+from lockgate.machine.approval_audit import Decider, Door
+from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes
+from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.views import ExecutionView
+from lockgate.server import shapes
+from lockgate.server.auth import current_principal
+from lockgate.server.deciders import client_of
+from lockgate.server.native_approval import DECISION_ONLY, prompt
+from lockgate.server.runner import ExecutionRunner
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec.task_status import TASK_STATUS, TaskStatus
+
+TASKS = "io.modelcontextprotocol/tasks"
+#: How often a client is asked to poll a task that is working.
+POLL_MS = 1000
+
+
+class TaskParams(types.RequestParams):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    task_id: str = Field(alias="taskId", min_length=1, max_length=64)
+
+
+class TaskUpdateParams(TaskParams):
+    input_responses: dict[str, Any] = Field(alias="inputResponses")
+
+
+def declared(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether this request's client declared the extension (per request, on 2026-07-28)."""
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and capabilities.extensions and TASKS in capabilities.extensions)
+
+
+def _require(ctx: ServerRequestContext[Any]) -> None:
+    if not declared(ctx):
+        raise MCPError(
+            code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message="Missing required client capability",
+            data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
+        )
+
+
+def _key(view: ExecutionView) -> str:
+    assert view.pending is not None
+    return f"approval-{view.pending.seq}"
+
+
+class Tasks:
+    def __init__(self, runner: ExecutionRunner, modes: ApprovalModes, approval_url: Any) -> None:
+        self.runner, self.modes, self.approval_url = runner, modes, approval_url
+        self.ttl: timedelta = runner.runtime.settings.task_ttl
+
+    def install(self, server: Server[Any]) -> None:
+        """Advertise the extension and serve its methods on `server`."""
+        server.extensions[TASKS] = {}
+        server.add_request_handler("tasks/get", TaskParams, self.get)
+        server.add_request_handler("tasks/update", TaskUpdateParams, self.update)
+        server.add_request_handler("tasks/cancel", TaskParams, self.cancel)
+
+    # -- the task's shape ----------------------------------------------------------------
+
+    def _status(self, view: ExecutionView, mode: ApprovalMode) -> TaskStatus:
+        status = TASK_STATUS[view.status].status
+        if status is TaskStatus.INPUT_REQUIRED and mode is ApprovalMode.BROWSER:
+            return TaskStatus.WORKING  # only the page decides: nothing to ask the client
+        return status
+
+    def _task(self, view: ExecutionView, mode: ApprovalMode) -> dict[str, Any]:
+        status = self._status(view, mode)
+        task: dict[str, Any] = {
+            "taskId": view.id,
+            "status": status.value,
+            "createdAt": view.created_at.isoformat(),
+            "lastUpdatedAt": view.updated_at.isoformat(),
+            "ttlMs": int(self.ttl.total_seconds() * 1000),
+        }
+        if status in (TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED):
+            task["pollIntervalMs"] = POLL_MS
+        if view.pending is not None and status is TaskStatus.WORKING:
+            task["statusMessage"] = (
+                f"Waiting for a person to approve tools.{view.pending.tool} on the approval page."
+            )
+        return task
+
+    def created(self, outcome: ExecutionView | shapes.Running, mode: ApprovalMode) -> Any:
+        """The `CreateTaskResult` for a new execution (its row is already committed)."""
+        if isinstance(outcome, shapes.Running):
+            view = self.runner.runtime.engine.view(outcome.execution_id)
+        else:
+            view = outcome
+        return {"resultType": "task", **self._task(view, mode)}
+
+    # -- the methods ---------------------------------------------------------------------
+
+    def _view(self, task_id: str, principal: str, now: datetime) -> ExecutionView:
+        try:
+            view = self.runner.runtime.engine.get(task_id, principal)
+        except LockgateError:
+            raise MCPError(
+                code=types.INVALID_PARAMS, message="Failed to retrieve task: Task not found"
+            ) from None
+        if view.created_at + self.ttl <= now:
+            raise MCPError(
+                code=types.INVALID_PARAMS, message="Failed to retrieve task: Task has expired"
+            )
+        return view
+
+    async def _read(self, ctx: ServerRequestContext[Any], task_id: str) -> ExecutionView:
+        _require(ctx)
+        principal = current_principal.get()
+        now = self.runner.runtime.engine.clock()
+        return await to_thread.run_sync(self._view, task_id, principal, now)
+
+    async def get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        view = await self._read(ctx, params.task_id)
+        mode = self.modes.for_principal(view.principal_id)
+        task = self._task(view, mode)
+        status = TaskStatus(task["status"])
+        if status is TaskStatus.INPUT_REQUIRED:
+            request = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message=prompt(view), requested_schema=DECISION_ONLY
+                )
+            )
+            task["inputRequests"] = {
+                _key(view): request.model_dump(by_alias=True, mode="json", exclude_none=True)
+            }
+        elif status is TaskStatus.COMPLETED:
+            url = await to_thread.run_sync(self.approval_url, view) if view.pending else None
+            answer = shapes.execution(view, url, model_accepts=mode is ApprovalMode.MODEL)
+            task["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {"resultType": "complete", **task}
+
+    async def update(
+        self, ctx: ServerRequestContext[Any], params: TaskUpdateParams
+    ) -> dict[str, Any]:
+        view = await self._read(ctx, params.task_id)
+        mode = self.modes.for_principal(view.principal_id)
+        if view.pending is None or self._status(view, mode) is not TaskStatus.INPUT_REQUIRED:
+            return {"resultType": "complete"}  # nothing outstanding: ignored
+        answer = params.input_responses.get(_key(view))
+        action = answer.get("action") if isinstance(answer, dict) else None
+        if action in ("accept", "decline"):
+            decider = Decider(
+                Door.TASK, f"the person at {view.principal_id}'s client", client_of(ctx)
+            )
+            # Decided meanwhile through another door: the task shows what happened.
+            with contextlib.suppress(LockgateError):
+                await self.runner.resume(
+                    view.principal_id,
+                    view.id,
+                    Action.ACCEPT if action == "accept" else Action.DECLINE,
+                    None,
+                    expected_call=view.pending.seq,
+                    decided_by=decider,
+                )
+        return {"resultType": "complete"}
+
+    async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        view = await self._read(ctx, params.task_id)
+        if view.status == E.WAITING_FOR_INTERACTION:
+            # Decided meanwhile: cancellation is cooperative.
+            with contextlib.suppress(LockgateError):
+                await self.runner.resume(
+                    view.principal_id,
+                    view.id,
+                    Action.CANCEL,
+                    None,
+                    decided_by=Decider(Door.TASK, view.principal_id, client_of(ctx)),
+                )
+        return {"resultType": "complete"}
