@@ -112,8 +112,8 @@ class LimitReached(LockgateError):
         return cls(
             f"You already have {limit} executions waiting for approval (the limit, "
             f"{setting}). The code was not started.",
-            hint="Settle some of them first (call resume with their executionId and action "
-            "accept, decline or cancel, or let them expire) and retry.",
+            hint="Settle some of them first (have them approved, give them up with resume "
+            "and action decline or cancel, or let them expire) and retry.",
             setting=setting,
             limit=limit,
         )

@@ -55,7 +55,9 @@ def lost_error(row: OwedRequest, execution: Execution | None) -> dict[str, JsonV
             data["next"] = "resume"
             data["hint"] = (
                 f"Execution {name} is paused for approval: call `resume` with "
-                f"executionId={name} and action accept, decline or cancel."
+                f"executionId={name} and no action to see the call and its approval link "
+                "(decline or cancel give it up; accept only where the server lets the agent "
+                "approve)."
             )
         elif status == E.INTERRUPTED:
             data["whatRan"] = execution.what_ran

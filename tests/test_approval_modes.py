@@ -10,8 +10,10 @@ allowed for ci unless ci's connection asks for a stricter mode.
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
+import httpx2
 import pytest
 
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, InvalidApprovalMode
@@ -109,3 +111,41 @@ def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> 
 
     run(give_up_and_bad_mode())
     assert writes_of(deployment, "alice-gives-up") == []
+
+
+def test_browser_mode_holds_across_a_restart(deployment: Deployment) -> None:
+    first = deployment.start(name="first", LOCKGATE_APPROVAL_MODE="browser")
+    key = create_key_directly(deployment.database_url, "alice")
+
+    async def paused() -> dict[str, Any]:
+        async with mcp_client(first.url, key, "legacy") as client:
+            return await pause(client, "browser-restart")
+
+    waiting = run(paused())
+    assert first.kill() == -signal.SIGKILL
+    second = deployment.start(name="second", LOCKGATE_APPROVAL_MODE="browser")
+    execution_id = waiting["executionId"]
+
+    async def try_then_collect() -> tuple[Any, Any]:
+        async with mcp_client(second.url, key, "2026-07-28") as client:
+            refused = await client.call_tool(
+                "resume", {"executionId": execution_id, "action": "accept"}
+            )
+            # The person approves on the page (the link from before the restart works).
+            url = waiting["interaction"]["approvalUrl"]
+            async with httpx2.AsyncClient(timeout=30) as http:
+                decided = await http.post(
+                    f"{second.base_url}/api/executions/{execution_id}/resume",
+                    headers={"X-Approval-Token": url.rsplit("/", 1)[1], "Origin": second.base_url},
+                    json={"action": "accept"},
+                )
+                assert decided.status_code == 200, decided.text
+            done = await client.call_tool("resume", {"executionId": execution_id})
+            return refused, done
+
+    refused, done = run(try_then_collect())
+    assert refused.is_error and "approval mode browser" in text_of(refused)
+    assert structured(done)["status"] == "completed", structured(done)
+    assert len(writes_of(deployment, "browser-restart")) == 1
+    [record] = audit_lines(deployment, "alice")
+    assert (record["action"], record["door"]) == ("accept", "approval_page")

@@ -136,8 +136,8 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "code": "limit_reached",
             "message": "You already have 2 executions waiting for approval (the limit, "
             "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL). The code was not started.",
-            "hint": "Settle some of them first (call resume with their executionId and "
-            "action accept, decline or cancel, or let them expire) and retry.",
+            "hint": "Settle some of them first (have them approved, give them up with resume "
+            "and action decline or cancel, or let them expire) and retry.",
             "setting": "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL",
             "limit": 2,
         },

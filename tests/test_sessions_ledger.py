@@ -107,7 +107,8 @@ def test_a_lost_request_names_what_became_of_its_execution(make_runtime: MakeRun
     )
     assert data["hint"] == (
         f"Execution {paused.id} is paused for approval: call `resume` with "
-        f"executionId={paused.id} and action accept, decline or cancel."
+        f"executionId={paused.id} and no action to see the call and its approval link "
+        "(decline or cancel give it up; accept only where the server lets the agent approve)."
     )
     [(record, _)] = runtime.ledger.lost_reports("s")
     runtime.ledger.reported(record)
