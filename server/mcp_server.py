@@ -139,7 +139,7 @@ class LockgateMCP:
                 RequestStateSecurity(
                     keys=list(request_state_keys),
                     ttl=settings.approval_ttl.total_seconds(),
-                    bind_principal=lambda ctx: current_principal.get(),
+                    bind_principal=lambda ctx: current_principal.get(None),
                 ),
                 default_audience="lockgate",
             )
