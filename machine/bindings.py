@@ -84,6 +84,13 @@ def _record_decision(f: Facts) -> dict[str, object]:
     return {"decision": f.require("decision"), "decided_at": f.now}
 
 
+def _record_grant_cover(f: Facts) -> dict[str, object]:
+    """A call an earlier grant covers records that decision; one the policy approved, none."""
+    if "decision" not in f.given:
+        return {}
+    return {"decision": f.given["decision"], "decided_at": f.now}
+
+
 def _touch(f: Facts) -> dict[str, object]:
     return {"last_activity": f.now}
 
@@ -118,6 +125,7 @@ BINDINGS: Mapping[str, MachineBindings] = {
         effects={
             "store_arguments_preview": _copy("arguments_preview"),
             "record_decision": _record_decision,
+            "record_grant_cover": _record_grant_cover,
             "store_result": _copy("result"),
         },
     ),

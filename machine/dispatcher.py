@@ -17,10 +17,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from pydantic import JsonValue
 
+from lockgate.machine.approval_grants import covering
+
+# Code imports these from here: the `X as X` form re-exports them (mypy --strict).
+from lockgate.machine.call_outcomes import REFUSED as REFUSED
+from lockgate.machine.call_outcomes import Action as Action
+from lockgate.machine.call_outcomes import settled_outcome
 from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
@@ -63,12 +68,6 @@ from lockgate.spec import ToolCallStatus as C
 log = logging.getLogger("lockgate.engine")
 
 
-class Action(StrEnum):
-    ACCEPT = "accept"
-    DECLINE = "decline"
-    CANCEL = "cancel"
-
-
 @dataclass(frozen=True)
 class _Dispatched:
     """What a tool call produced: a value for the code, or an error message for it."""
@@ -76,10 +75,6 @@ class _Dispatched:
     value: JsonValue = None
     error: str | None = None
 
-
-#: The exception type agent code sees for a call that did not happen (catchable as
-#: `PermissionError` or `Exception`).
-REFUSED = "PermissionError"
 
 #: What an approval shows of a call's arguments (the page, the API, the paused answer): the
 #: arguments themselves up to this size, else the start of their JSON text. The full
@@ -202,6 +197,7 @@ class Dispatcher:
         )
         call = record_of(row)
         decision = self.policy.decide(tool.spec, principal_of(ex))
+        cover = self._cover(ex, row) if decision is PolicyDecision.REQUIRE_APPROVAL else None
         if decision is PolicyDecision.APPROVE:
             # Made at once if the spec lets it be made again (idempotent, retries allowed):
             # no commit of its own. Otherwise it is journaled before it runs, below.
@@ -233,10 +229,10 @@ class Dispatcher:
                 fence=ex,
                 carried=carried,
             )
-            return self.resume_sandbox(ex, suspended.snapshot, self._settled_outcome(call))
-        if decision is PolicyDecision.APPROVE:
+            return self.resume_sandbox(ex, suspended.snapshot, settled_outcome(call))
+        if decision is PolicyDecision.APPROVE or cover is not None:
             self.go_on()  # not sent yet: the next owner sends it
-            outcome = self._dispatch(ex, call, opening)
+            outcome = self._dispatch(ex, call, opening, cover)
             return self.resume_sandbox(ex, suspended.snapshot, outcome)
         self._pause(ex, call, suspended.snapshot, opening)
         return None
@@ -272,7 +268,7 @@ class Dispatcher:
                 outcome = self._dispatch(ex, call, _Opening(None, None, carried))
                 return self.resume_sandbox(ex, snapshot, outcome)
             else:
-                return self.resume_sandbox(ex, snapshot, self._settled_outcome(call))
+                return self.resume_sandbox(ex, snapshot, settled_outcome(call))
 
     def resume_sandbox(
         self, ex: ExecutionRecord, snapshot: bytes, outcome: ToolOutcome
@@ -296,6 +292,16 @@ class Dispatcher:
         registry = self.sources.registry_for(principal)
         return None if registry is self.sources.base else registry.frozen_namespace()
 
+    def _cover(self, ex: ExecutionRecord, row: ToolCall) -> dict[str, JsonValue] | None:
+        """The record of an earlier grant that approves this call instead of a person."""
+        return covering(
+            self.store.tool_calls.decided_of(ex.id, row.tool),
+            arguments=row.arguments,
+            policy=self.policy.for_principal(principal_of(ex)),
+            now=self.clock(),
+            max_calls=self.settings.max_calls,
+        )
+
     def _tool(self, ex: ExecutionRecord, name: str) -> Tool:
         return self.sources.tool_for(principal_of(ex), name)
 
@@ -303,23 +309,6 @@ class Dispatcher:
         """Before work a drain must not wait for (a sandbox step, a dispatch): hand back."""
         if self.handing_back.is_set():
             raise HandBack()
-
-    def _settled_outcome(self, call: CallRecord) -> ToolOutcome:
-        tool = f"tools.{call.typed.tool}"
-        status = call.status
-        result = call.typed.result
-        if status == C.SUCCEEDED and isinstance(result, dict):
-            return Returned(result.get("value"))
-        if status == C.FAILED and isinstance(result, dict):
-            return Raised("RuntimeError", f"{tool} failed: {result.get('error')}")
-        if status == C.BLOCKED:
-            return Raised(REFUSED, f"{tool} is blocked by the server's policy")
-        if status == C.DECLINED:
-            decision = call.typed.decision
-            action = decision.get("action") if isinstance(decision, dict) else "decline"
-            verb = "cancelled" if action == Action.CANCEL else "declined"
-            return Raised(REFUSED, f"the call to {tool} was {verb} by the approver")
-        raise RuntimeError(f"call {call.id} cannot be resumed from {status!r}")
 
     def _pause(
         self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes, opening: _Opening
@@ -345,13 +334,20 @@ class Dispatcher:
             carried=opening.carried,
         )
 
-    def _dispatch(self, ex: ExecutionRecord, call: CallRecord, opening: _Opening) -> ToolOutcome:
-        """Intent first: the dispatch commits (with the call's approval and row when they are
-        new), then the tool runs, then its result commits."""
+    def _dispatch(
+        self,
+        ex: ExecutionRecord,
+        call: CallRecord,
+        opening: _Opening,
+        cover: dict[str, JsonValue] | None = None,
+    ) -> ToolOutcome:
+        """Intent first: the dispatch commits (with the call's approval, and the grant that
+        `cover`s it, and its row when they are new), then the tool runs, then its result
+        commits."""
         tool = self._tool(ex, call.typed.tool)
         steps = list(opening.steps)
         if call.status == C.REQUESTED:
-            steps.append(Step(call, "auto_approve"))
+            steps.append(Step(call, "auto_approve", {"decision": cover} if cover else {}))
         event = "redispatch" if call.status == C.DISPATCHED else "dispatch"
         attempts = call.typed.attempts + 1
         applied = self.write.apply(

@@ -25,6 +25,7 @@ from datetime import datetime
 from pydantic import JsonValue
 
 from lockgate.machine.approval_audit import Decider, decision_record
+from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore, StoreWrite
@@ -262,6 +263,8 @@ class Engine:
                 detail="the decision was for an earlier tool call",
             )
         if row.status == E.WAITING_FOR_INTERACTION:
+            if action is Action.ACCEPT:  # a grant that cannot be read is refused, unspent
+                grant_of(content, self.settings.max_calls)
             snapshot = row.snapshot
             if snapshot is None or row.snapshot_call is None:
                 raise RuntimeError(f"paused execution {execution_id} has no snapshot")

@@ -149,6 +149,11 @@ if (left > 0) {
   const span = mins >= 60 ? `${Math.floor(mins / 60)} h ${mins % 60} min` : `${mins} min`;
   expires.textContent += ` (in ${span})`;
 }
+function decision(action) {
+  const more = parseInt(document.getElementById("grant").value, 10);
+  if (action === "accept" && more > 0) return {action, content: {grant: {calls: more}}};
+  return {action};
+}
 async function decide(action) {
   for (const b of buttons) b.disabled = true;
   out.className = "";
@@ -158,7 +163,7 @@ async function decide(action) {
     r = await fetch(`/api/executions/${encodeURIComponent(data.executionId)}/resume`, {
       method: "POST",
       headers: {"Content-Type": "application/json", "X-Approval-Token": data.token},
-      body: JSON.stringify({action}),
+      body: JSON.stringify(decision(action)),
       credentials: "omit",
     });
     body = await r.json();
@@ -206,6 +211,9 @@ approve; if you decline, the code is told the call was refused.</p>
 </dl>
 <div class="actions"><button id="approve" type="button">Approve</button>
 <button id="decline" type="button">Decline</button></div>
+<p class="muted"><label>Approve with it the next <input id="grant" type="number" min="0"
+max="1000" value="0"> calls of this tool in this execution (for code that calls it in a loop;
+each is still recorded).</label></p>
 <p id="outcome" role="status" aria-live="polite"></p>
 <pre id="result"></pre>
 <script type="application/json" id="data">{data}</script>

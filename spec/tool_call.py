@@ -138,7 +138,9 @@ TOOL_CALL = MachineSpec(
             event="auto_approve",
             source=(S.REQUESTED,),
             dest=S.APPROVED,
-            description="The policy approves the call without asking.",
+            effects=("record_grant_cover",),
+            description="The policy approves the call without asking, or an earlier person's "
+            "grant covers it (that decision recorded on it).",
         ),
         TransitionSpec(
             event="request_approval",

@@ -155,3 +155,26 @@ def test_decline_in_chromium_refuses_the_call(browser: Any, served: Served) -> N
     assert view.status == "failed"
     assert [c.status for c in view.calls] == ["declined"]
     assert served.runtime.sources[0].effects() == []  # type: ignore[attr-defined]
+
+
+def test_approve_a_loop_once_in_chromium(browser: Any, served: Served) -> None:
+    code = (
+        "out = []\n"
+        "for i in range(4):\n"
+        "    out.append(tools.notes.write(key=f'loop-{i}', text='x')['key'])\n"
+        "out"
+    )
+    answer = paused_through_mcp(served, code)
+    execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+    context, page, problems = open_page(browser, url)
+    try:
+        page.fill("#grant", "3")
+        page.click("#approve")
+        page.wait_for_selector("#outcome:has-text('completed')", timeout=WAIT_MS)
+        assert problems == [], problems
+    finally:
+        context.close()
+    view = served.runtime.engine.view(execution_id)
+    assert view.status == "completed"
+    assert view.result == [f"loop-{i}" for i in range(4)]
+    assert [c.status for c in view.calls] == ["succeeded"] * 4

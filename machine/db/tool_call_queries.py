@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from pydantic import JsonValue
 from sqlalchemy import Select, bindparam
 from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
@@ -63,3 +64,18 @@ class ToolCallQueries(Queries):
                 .order_by(col(ToolCall.seq).desc())
                 .limit(1)
             ).first()
+
+    def decided_of(self, execution_id: str, tool: str) -> list[tuple[int, JsonValue]]:
+        """The execution's decided calls of `tool`, in call order, with their decisions:
+        which grant covers its next call (index on `tool_calls.execution_id`)."""
+        with self._session() as s:
+            rows = s.exec(
+                select(ToolCall)
+                .where(
+                    ToolCall.execution_id == execution_id,
+                    ToolCall.tool == tool,
+                    col(ToolCall.decided_at).is_not(None),
+                )
+                .order_by(col(ToolCall.seq))
+            )
+            return [(row.seq, row.decision) for row in rows]
