@@ -151,14 +151,20 @@ class ApprovalSurface:
         return JSONResponse(public_view(outcome, code), headers=NO_STORE)
 
     async def decide_with_token(
-        self, token: str, principal: str, action: Action, decided_by: Decider
+        self,
+        token: str,
+        principal: str,
+        action: Action,
+        decided_by: Decider,
+        content: JsonValue = None,
     ) -> ExecutionView | Running:
         """Decide the call an approval link was made for, as the page does (once only), for
         a door that carries the link's token itself (a 2026-07-28 client's retry)."""
         row = await to_thread.run_sync(self.access.check, token, None)
         if row.principal_id != principal:
             raise TokenRefused("unknown", "This approval belongs to someone else.")
-        return await self._decide_by_link(row, token, ResumeBody(action=action.value), decided_by)
+        body = ResumeBody(action=action.value, content=content)
+        return await self._decide_by_link(row, token, body, decided_by)
 
     async def _decide_by_link(
         self, row: ApprovalToken, token: str, body: ResumeBody, decided_by: Decider

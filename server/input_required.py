@@ -27,7 +27,7 @@ from lockgate.machine.engine import Action
 from lockgate.machine.views import ExecutionView
 from lockgate.server.approval_page import ApprovalSurface
 from lockgate.server.deciders import by_client_prompt
-from lockgate.server.native_approval import DECISION_ONLY, prompt
+from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.shapes import Running
 
 #: The key of the one input request: the approval of the call the execution waits on.
@@ -57,7 +57,7 @@ class InputRequiredDoor:
             return None
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
-                message=prompt(view), requested_schema=DECISION_ONLY
+                message=prompt(view), requested_schema=DECISION_FORM
             )
         )
         state = {"executionId": view.id, "link": url.rsplit("/", 1)[1]}
@@ -79,7 +79,11 @@ class InputRequiredDoor:
         if isinstance(response, types.ElicitResult) and response.action in ("accept", "decline"):
             action = Action.ACCEPT if response.action == "accept" else Action.DECLINE
             return await self.approvals.decide_with_token(
-                str(state["link"]), principal, action, by_client_prompt(ctx, principal)
+                str(state["link"]),
+                principal,
+                action,
+                by_client_prompt(ctx, principal),
+                granted(response) if action is Action.ACCEPT else None,
             )
         engine = self.approvals.runtime.engine
         return await to_thread.run_sync(engine.get, str(state["executionId"]), principal)

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
+from pydantic import JsonValue
 
 from lockgate.machine.engine import Action
 from lockgate.machine.views import ExecutionView
@@ -34,8 +35,32 @@ log = logging.getLogger("lockgate.mcp")
 #: The most calls one request asks about in turn (code that pauses again after each
 #: decision); past it, the answer is the paused execution, for `resume` to go on with.
 MAX_ASKED = 20
-#: What the form asks for: nothing but the decision itself.
-DECISION_ONLY: types.ElicitRequestedSchema = {"type": "object", "properties": {}}
+#: What the form asks for besides the decision: optionally, how many more calls of the same
+#: tool in the execution the approval also covers (`machine/approval_grants.py`).
+GRANT_FIELD = "alsoApproveNext"
+DECISION_FORM: types.ElicitRequestedSchema = {
+    "type": "object",
+    "properties": {
+        GRANT_FIELD: {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1000,
+            "default": 0,
+            "title": "Also approve the next calls of this tool",
+            "description": "For code that calls this tool in a loop: how many more of its "
+            "calls in this execution this approval covers (each is still recorded).",
+        }
+    },
+}
+
+
+def granted(answer: types.ElicitResult | dict[str, Any]) -> JsonValue:
+    """The decision's content for an accepted form: the grant its person filled in, if any."""
+    content = answer.content if isinstance(answer, types.ElicitResult) else answer.get("content")
+    more = content.get(GRANT_FIELD) if isinstance(content, dict) else None
+    if isinstance(more, int) and not isinstance(more, bool) and more > 0:
+        return {"grant": {"calls": more}}
+    return None
 
 
 def prompt(view: ExecutionView) -> str:
@@ -104,7 +129,7 @@ class NativeDoor:
         try:
             with anyio.fail_after(self._seconds_left(view)):
                 answer = await ctx.session.elicit_form(
-                    prompt(view), DECISION_ONLY, related_request_id=ctx.request_id
+                    prompt(view), DECISION_FORM, related_request_id=ctx.request_id
                 )
         except Exception as exc:  # gone, refused or too late: the execution stays paused
             log.info("execution %s: the client's prompt got no answer (%s)", view.id, exc)
@@ -119,7 +144,7 @@ class NativeDoor:
             principal,
             view.id,
             action,
-            None,
+            granted(answer) if action is Action.ACCEPT else None,
             expected_call=view.pending.seq,
             decided_by=by_client_prompt(ctx, principal),
         )

@@ -40,7 +40,7 @@ from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
-from lockgate.server.native_approval import DECISION_ONLY, prompt
+from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.runner import ExecutionRunner
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec.task_status import TASK_STATUS, TaskStatus
@@ -153,7 +153,7 @@ class Tasks:
         if status is TaskStatus.INPUT_REQUIRED:
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
-                    message=prompt(view), requested_schema=DECISION_ONLY
+                    message=prompt(view), requested_schema=DECISION_FORM
                 )
             )
             task["inputRequests"] = {
@@ -174,7 +174,7 @@ class Tasks:
             return {"resultType": "complete"}  # nothing outstanding: ignored
         answer = params.input_responses.get(_key(view))
         action = answer.get("action") if isinstance(answer, dict) else None
-        if action in ("accept", "decline"):
+        if isinstance(answer, dict) and action in ("accept", "decline"):
             decider = Decider(
                 Door.TASK, f"the person at {view.principal_id}'s client", client_of(ctx)
             )
@@ -184,7 +184,7 @@ class Tasks:
                     view.principal_id,
                     view.id,
                     Action.ACCEPT if action == "accept" else Action.DECLINE,
-                    None,
+                    granted(answer) if action == "accept" else None,
                     expected_call=view.pending.seq,
                     decided_by=decider,
                 )

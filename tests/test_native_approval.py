@@ -39,15 +39,16 @@ pytestmark = pytest.mark.slow
 
 
 class Person:
-    """The client's prompt: records what it was shown and answers with `action`."""
+    """The client's prompt: records what it was shown and answers with `action` (and the
+    form's `content`)."""
 
-    def __init__(self, action: str) -> None:
-        self.action = action
+    def __init__(self, action: str, content: dict[str, Any] | None = None) -> None:
+        self.action, self.content = action, content
         self.shown: list[str] = []
 
     async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         self.shown.append(params.message)
-        return types.ElicitResult(action=self.action)  # type: ignore[arg-type]
+        return types.ElicitResult(action=self.action, content=self.content)  # type: ignore[arg-type]
 
 
 def test_the_client_s_person_accepts_or_declines_within_the_request(
@@ -223,3 +224,29 @@ def test_the_retry_works_on_another_instance_after_a_restart_and_only_once(
     assert run(retry(tampered)) == refused
     assert run(retry(state, {"code": "1"})) == refused
     assert len(writes_of(deployment, "mrtr-moved")) == 1
+
+
+LOOP = (
+    "out = []\n"
+    "for i in range(4):\n"
+    "    out.append(tools.notes.write(key=f'looped-{i}', text='x')['key'])\n"
+    "out"
+)
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+def test_a_loop_approved_once_in_the_client_s_prompt(deployment: Deployment, protocol: str) -> None:
+    server = deployment.start(LOCKGATE_APPROVAL_MODE="native")
+    key = create_key_directly(deployment.database_url, "alice")
+    person = Person("accept", {"alsoApproveNext": 3})
+
+    async def execute() -> dict[str, Any]:
+        async with mcp_client(server.url, key, protocol, elicitation_callback=person) as client:
+            return structured(await client.call_tool("execute", {"code": LOOP}))
+
+    done = run(execute())
+    assert done["status"] == "completed", done
+    assert done["result"] == [f"looped-{i}" for i in range(4)]
+    assert len(person.shown) == 1  # one prompt for the four writes
+    doors = [line["door"] for line in audit_lines(deployment, "alice")]
+    assert doors == ["client_prompt", "grant", "grant", "grant"]

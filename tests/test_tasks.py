@@ -125,3 +125,25 @@ def test_a_request_that_does_not_declare_tasks_gets_the_usual_answer(
         )
         assert waiting["status"] == "working" and "approval page" in waiting["statusMessage"]
         assert "inputRequests" not in waiting
+
+
+@pytest.mark.slow
+def test_a_task_s_loop_is_approved_once(deployment: Deployment) -> None:
+    server = deployment.start(LOCKGATE_APPROVAL_MODE="native")
+    alice = create_key_directly(deployment.database_url, "alice")
+    loop = (
+        "out = []\n"
+        "for i in range(3):\n"
+        "    out.append(tools.notes.write(key=f'task-loop-{i}', text='x')['key'])\n"
+        "out"
+    )
+    with httpx2.Client(timeout=30) as http:
+        client = TasksClient(http, server.url, alice)
+        task_id = client.execute(loop)["result"]["taskId"]
+        waiting = poll(client, task_id, lambda t: t["status"] == "input_required")
+        form = waiting["inputRequests"]["approval-1"]["params"]["requestedSchema"]
+        assert "alsoApproveNext" in form["properties"]
+        answer = {"approval-1": {"action": "accept", "content": {"alsoApproveNext": 2}}}
+        assert acked(client.update(task_id, answer))
+        done = poll(client, task_id, lambda t: t["status"] == "completed")
+        assert done["result"]["structuredContent"]["result"] == [f"task-loop-{i}" for i in range(3)]
