@@ -91,6 +91,43 @@ def _record_grant_cover(f: Facts) -> dict[str, object]:
     return {"decision": f.given["decision"], "decided_at": f.now}
 
 
+def _delivery_due(f: Facts) -> bool:
+    due = f.record.get("next_attempt_at")
+    return isinstance(due, datetime) and f.now >= due
+
+
+def _attempt(f: Facts) -> int:
+    """The number of the attempt that just ended (the row counts finished ones)."""
+    done = f.record.get("attempts", 0)
+    return (done if isinstance(done, int) else 0) + 1
+
+
+def _attempts_exhausted(f: Facts) -> bool:
+    return _attempt(f) >= int(str(f.require("max_attempts")))
+
+
+def _claim_attempt(f: Facts) -> dict[str, object]:
+    # The claim lasts past the attempt's own bound: no other instance sends it meanwhile.
+    return {"next_attempt_at": f.require("claimed_until"), "claimed_by": f.require("owner")}
+
+
+def _record_delivery(f: Facts) -> dict[str, object]:
+    return {"attempts": _attempt(f), "delivered_at": f.now, "last_error": None}
+
+
+def _schedule_retry(f: Facts) -> dict[str, object]:
+    return {
+        "attempts": _attempt(f),
+        "next_attempt_at": f.require("retry_at"),
+        "last_error": f.require("error"),
+        "claimed_by": None,
+    }
+
+
+def _record_failure(f: Facts) -> dict[str, object]:
+    return {"attempts": _attempt(f), "last_error": f.require("error"), "claimed_by": None}
+
+
 def _touch(f: Facts) -> dict[str, object]:
     return {"last_activity": f.now}
 
@@ -140,6 +177,15 @@ BINDINGS: Mapping[str, MachineBindings] = {
     "instance": MachineBindings(
         guards={},
         effects={"extend_lease": _copy("lease_until"), "release_work": _set()},
+    ),
+    "webhook_delivery": MachineBindings(
+        guards={"delivery_due": _delivery_due, "attempts_exhausted": _attempts_exhausted},
+        effects={
+            "claim_attempt": _claim_attempt,
+            "record_delivery": _record_delivery,
+            "schedule_retry": _schedule_retry,
+            "record_failure": _record_failure,
+        },
     ),
 }
 

@@ -62,6 +62,7 @@ from lockgate.machine.tools.registry import (
 )
 from lockgate.machine.tools.spec import Namespace
 from lockgate.machine.values import limit_size, to_json
+from lockgate.machine.webhooks import WebhookOutbox
 from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
 
@@ -135,8 +136,9 @@ class Dispatcher:
         settings: Settings,
         clock: Callable[[], datetime],
         handing_back: threading.Event,
+        webhooks: WebhookOutbox,
     ) -> None:
-        self.store, self.write, self.sandbox = store, write, sandbox
+        self.store, self.write, self.sandbox, self.webhooks = store, write, sandbox, webhooks
         #: Each principal's tools (the configured ones, and those stored for it).
         self.sources = as_source_book(registry)
         self.policy, self.secrets = policy, secrets
@@ -314,6 +316,8 @@ class Dispatcher:
         self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes, opening: _Opening
     ) -> None:
         deadline = self.clock() + self.settings.approval_ttl
+        # Its `approval.requested` event commits with it (the outbox, `machine.webhooks`).
+        events = self.webhooks.rows_for_pause(ex.typed, call.typed, deadline)
         self.write.apply(
             *opening.steps,
             Step(call, "request_approval", {"arguments_preview": call.typed.arguments_preview}),
@@ -327,7 +331,7 @@ class Dispatcher:
                     "logs": ex.typed.logs,
                 },
             ),
-            inserts=opening.inserts,
+            inserts=[*opening.inserts, *events],
             # Checked before the row is inserted: a stale owner is refused as the conflict
             # it is, not as a duplicate of the row the execution's new owner inserted.
             fence=ex,

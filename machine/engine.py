@@ -53,6 +53,7 @@ from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook
 from lockgate.machine.tools.registry import ToolRegistry, make_idempotency_key
 from lockgate.machine.views import ExecutionView
+from lockgate.machine.webhooks import WebhookOutbox
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import EXECUTION
 from lockgate.spec import ExecutionStatus as E
@@ -86,6 +87,10 @@ class Engine:
         #: Set when this instance drains (shared by the driver and the dispatcher).
         self.handing_back = threading.Event()
         self.reads = ExecutionReads(store)
+        #: Events about approvals owed to the operator's endpoint (the pause queues them).
+        self.webhooks = WebhookOutbox(
+            store=store, write=write, settings=settings, clock=lambda: self.clock(), owner=owner
+        )
         self.dispatcher = Dispatcher(
             store=store,
             write=write,
@@ -98,6 +103,7 @@ class Engine:
             # simulator) is the one the journal's timestamps and deadlines use.
             clock=lambda: self.clock(),
             handing_back=self.handing_back,
+            webhooks=self.webhooks,
         )
         self.driver = Driver(
             store=store,

@@ -244,6 +244,7 @@ class Runtime:
         self.sessions.recover()
         if sweep:
             self.engine.expire_due()
+            self.engine.webhooks.warn_due()
             self.sessions.sweep()
         return report
 
@@ -261,6 +262,12 @@ class Runtime:
                 threading.Thread(target=self._maintenance, name="lockgate-lease", daemon=True),
                 threading.Thread(target=self._worker, name="lockgate-worker", daemon=True),
             ]
+            if self.engine.webhooks.enabled:
+                self._threads.append(
+                    threading.Thread(
+                        target=self._deliver_webhooks, name="lockgate-webhooks", daemon=True
+                    )
+                )
             for thread in self._threads:
                 thread.start()
         else:
@@ -296,6 +303,18 @@ class Runtime:
                 log.exception("running pending executions failed; retrying")
                 ran = 0
             if not ran:
+                self._stop.wait(interval)
+
+    def _deliver_webhooks(self) -> None:
+        """Send the outbox's due events (any instance's), polling as often as the worker."""
+        interval = min(1.0, self.settings.heartbeat_interval.total_seconds())
+        while not self._stop.is_set() and not self.fenced.is_set():
+            try:
+                sent = self.engine.webhooks.deliver_due()
+            except Exception:
+                log.exception("delivering webhook events failed; retrying")
+                sent = 0
+            if not sent:
                 self._stop.wait(interval)
 
     def drain(self) -> None:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.machine.errors import LockgateError
@@ -149,6 +149,33 @@ class Settings(BaseSettings):
         ge=0,
         description="Sources one principal may add for itself (tools.lockgate.add_*_source); "
         "the operator's global ones do not count.",
+    )
+    webhook_url: str = Field(
+        default="",
+        description="An endpoint POSTed a signed event (Standard Webhooks: webhook-id, "
+        "webhook-timestamp, webhook-signature headers) when a call needs approval and before "
+        "an approval expires, retried with backoff from a durable outbox. Unset: no events.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="The webhook signing secret(s), `whsec_<base64>`, comma-separated: each "
+        "signs (send both while a receiver rotates). Required with LOCKGATE_WEBHOOK_URL. Make "
+        "one with `lockgate webhook secret`.",
+    )
+    webhook_timeout: timedelta = Field(
+        default=timedelta(seconds=10), description="A webhook attempt's bound."
+    )
+    webhook_retry_base: timedelta = Field(
+        default=timedelta(seconds=2),
+        description="The first retry's delay; each next one doubles, up to an hour.",
+    )
+    webhook_max_attempts: int = Field(
+        default=16, ge=1, description="Attempts before an event is abandoned."
+    )
+    approval_warning: timedelta = Field(
+        default=timedelta(minutes=15),
+        description="How long before an approval expires its warning goes out (a webhook "
+        "event). 0: no warning.",
     )
     host: str = Field(
         default="127.0.0.1",
@@ -339,6 +366,9 @@ class Settings(BaseSettings):
         "session_idle_timeout",
         "session_lease",
         "session_cap",
+        "webhook_timeout",
+        "webhook_retry_base",
+        "approval_warning",
         mode="before",
     )
     @classmethod
@@ -366,6 +396,15 @@ class Settings(BaseSettings):
                     f"{MIN_SIGNING_KEY_CHARS} (make one with: {MAKE_A_SIGNING_KEY})"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _webhook_signed(self) -> Settings:
+        """Events only ever go out signed, each secret a Standard Webhooks one (the
+        messages never show a secret)."""
+        from lockgate.machine.webhook_signing import check_webhook_settings
+
+        check_webhook_settings(self.webhook_url, self.webhook_secret)
+        return self
 
     @field_validator("approval_modes")
     @classmethod
@@ -399,19 +438,3 @@ class Settings(BaseSettings):
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
-
-
-def reference_table() -> str:
-    """The Markdown reference of every setting, generated from this model (README embeds it)."""
-    rows = ["| environment variable | default | what it does |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        variable = "DATABASE_URL" if name == "database_url" else f"LOCKGATE_{name.upper()}"
-        default = field.default
-        if isinstance(default, timedelta):
-            shown = f"{int(default.total_seconds())} s"
-        elif default in (None, ""):
-            shown = "(unset)"
-        else:
-            shown = f"`{default}`"
-        rows.append(f"| `{variable}` | {shown} | {field.description} |")
-    return "\n".join(rows) + "\n"

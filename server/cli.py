@@ -19,6 +19,7 @@ from lockgate.machine.bindings import binding_names
 from lockgate.server.cli_admin import audit_app, keys_app, policy_app, secrets_app
 from lockgate.server.cli_admin import fail as _fail
 from lockgate.server.cli_sources import sources_app
+from lockgate.server.cli_webhooks import webhook_app
 from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
 
 if TYPE_CHECKING:
@@ -198,6 +199,7 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sources_app, name="sources")
 app.add_typer(audit_app, name="audit")
+app.add_typer(webhook_app, name="webhook")
 
 
 def is_loopback(host: str) -> bool:
@@ -351,7 +353,7 @@ def _keys_for(settings: Any) -> Any:
 @app.command("settings")
 def settings_reference() -> None:
     """Print the configuration reference (every environment variable, default, meaning)."""
-    from lockgate.machine.settings import reference_table
+    from lockgate.machine.settings_reference import reference_table
 
     typer.echo(reference_table(), nl=False)
 

@@ -109,6 +109,10 @@ IN_PROCESS_ONLY = {
     f"{name}_http": "its HTTP API lives in the simulator's process; a real server's gated "
     "OpenAPI write across SIGKILL is tests/test_openapi_restart.py"
     for name in OVER_HTTP
+} | {
+    name: "its webhook endpoint lives in the simulator's process; a real server's outbox "
+    "across SIGKILL, delivered to a real endpoint, is tests/test_webhook_restart.py"
+    for name in ("webhook_delivered", "webhook_abandoned", "approval_warned")
 }
 
 

@@ -67,6 +67,12 @@ from lockgate.simulation.scenario_sessions import (
     stream_lost,
 )
 from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
+from lockgate.simulation.scenario_webhooks import (
+    approval_warned,
+    webhook_abandoned,
+    webhook_delivered,
+)
+from lockgate.simulation.webhook_endpoint import WEBHOOK_SETTINGS
 from lockgate.simulation.world import Client, ScenarioFailed, expect
 
 # What other modules import from here (the drain's spinning code and steps for the harness
@@ -324,6 +330,27 @@ _CATALOG: tuple[Scenario, ...] = (
         "Idle and capped sessions expire; reports left uncollected.",
         session_lease,
         real_process_settings={"session_idle_timeout": "2", "session_cap": "3"},
+        portable=False,
+    ),
+    Scenario(
+        "webhook_delivered",
+        "A call paused for approval: its signed event reaches the operator's endpoint.",
+        webhook_delivered,
+        settings=WEBHOOK_SETTINGS,
+        portable=False,
+    ),
+    Scenario(
+        "webhook_abandoned",
+        "The endpoint is down: the event is retried with backoff, then abandoned.",
+        webhook_abandoned,
+        settings={**WEBHOOK_SETTINGS, "webhook_max_attempts": 2},
+        portable=False,
+    ),
+    Scenario(
+        "approval_warned",
+        "Nobody decides: a warning goes out before the approval expires.",
+        approval_warned,
+        settings=WEBHOOK_SETTINGS,
         portable=False,
     ),
 )

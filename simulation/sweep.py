@@ -26,6 +26,7 @@ from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.runtime import Runtime
 from lockgate.simulation.invariants import CallLists, Violation, calls_made, check_all, history
 from lockgate.simulation.scenarios import CATALOG, Scenario, ScenarioFailed
+from lockgate.simulation.webhook_invariants import check_webhooks
 from lockgate.simulation.world import CANARY, Client, LogCapture, World
 from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 
@@ -35,7 +36,14 @@ MAX_DEPTH = 2
 #: run crashes at most MAX_DEPTH times; more would be a bug in the sweep).
 MAX_ATTEMPTS = MAX_DEPTH + 2
 #: The lifecycles the catalog drives (the coverage gate covers every crash point of these).
-DRIVEN_MACHINES = ("execution", "tool_call", "session", "owed_request", "instance")
+DRIVEN_MACHINES = (
+    "execution",
+    "tool_call",
+    "session",
+    "owed_request",
+    "instance",
+    "webhook_delivery",
+)
 
 
 @dataclass
@@ -149,6 +157,8 @@ def run_plan(
                 baseline=baseline,
                 inbox=client.memory.get("inbox"),
             )
+            if "webhook_url" in scenario.settings:
+                violations += check_webhooks(engine, world.webhooks)
             made = calls_made(engine)
             if violations:
                 records = [r for v in violations for r in v.records]

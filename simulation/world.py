@@ -29,6 +29,7 @@ from lockgate.machine.secret_store import SecretCipher, StoredSecrets, new_key
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.views import ExecutionView
+from lockgate.simulation.webhook_endpoint import WebhookEndpoint
 from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
 from lockgate.simulation.canary import CanarySource
 from lockgate.simulation.http_notes import SOURCE as HTTP_SOURCE
@@ -113,6 +114,8 @@ class World:
         #: notes' files do.
         self.world_id = uuid.uuid4().hex
         self.http_api = notes_api() if over_http else None
+        #: The operator's webhook endpoint (it outlives every crash, as the notes do).
+        self.webhooks = WebhookEndpoint()
         self.runtimes: list[Runtime] = []
         self.boots = 0
         self._secrets_stored = False
@@ -139,6 +142,7 @@ class World:
             faults=self.faults,
             clock=self.clock,
         )
+        runtime.engine.webhooks.post = self.webhooks.receive
         if not self._secrets_stored:
             # In the server's own store, encrypted: the canary scan reads its table too, so
             # a value stored in the clear (or a key that leaked into it) is a violation.

@@ -1,6 +1,6 @@
 """The formal lifecycles of Lockgate: the single source of truth for every status.
 
-`MACHINES` holds the five lifecycle declarations; `load()` returns them after every static
+`MACHINES` holds the six lifecycle declarations; `load()` returns them after every static
 rule in `spec.checks` has passed (and, given the machine layer's bindings, after checking
 that every guard and effect name is implemented).
 """
@@ -18,9 +18,10 @@ from lockgate.spec.model import Composition, MachineSpec, StateSpec, TransitionK
 from lockgate.spec.owed_request import OWED_REQUEST, OwedRequestStatus
 from lockgate.spec.session import SESSION, SessionStatus
 from lockgate.spec.tool_call import TOOL_CALL, ToolCallStatus
+from lockgate.spec.webhook_delivery import WEBHOOK_DELIVERY, WebhookDeliveryStatus
 
 MACHINES: Mapping[str, MachineSpec] = {
-    m.name: m for m in (EXECUTION, TOOL_CALL, SESSION, OWED_REQUEST, INSTANCE)
+    m.name: m for m in (EXECUTION, TOOL_CALL, SESSION, OWED_REQUEST, INSTANCE, WEBHOOK_DELIVERY)
 }
 COMPOSITIONS: Mapping[str, Composition] = {EXECUTION_WITH_TOOL_CALL.name: EXECUTION_WITH_TOOL_CALL}
 
@@ -47,6 +48,7 @@ __all__ = [
     "OWED_REQUEST",
     "SESSION",
     "TOOL_CALL",
+    "WEBHOOK_DELIVERY",
     "Bindings",
     "Composition",
     "CrashPoint",
@@ -62,6 +64,7 @@ __all__ = [
     "ToolCallStatus",
     "TransitionKind",
     "TransitionSpec",
+    "WebhookDeliveryStatus",
     "check",
     "crash_points",
     "creation_points",

@@ -26,7 +26,8 @@ from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.migrate import alembic_config, upgrade
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.settings import Settings, reference_table
+from lockgate.machine.settings import Settings
+from lockgate.machine.settings_reference import reference_table
 from lockgate.server.approval_tokens import (
     ApprovalTokens,
     LinkKeys,

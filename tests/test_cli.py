@@ -52,7 +52,7 @@ def test_usage_errors_exit_with_2() -> None:
 
 
 def test_the_readme_settings_table_matches_the_settings_model() -> None:
-    from lockgate.machine.settings import reference_table
+    from lockgate.machine.settings_reference import reference_table
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
@@ -66,7 +66,7 @@ def test_db_upgrade_migrates_and_reports_errors_clearly(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
     result = runner.invoke(cli.app, ["db", "upgrade"])
-    assert result.exit_code == 0 and "revision 0012" in result.output
+    assert result.exit_code == 0 and "revision 0013" in result.output
     monkeypatch.setenv("DATABASE_URL", "mysql://somewhere/db")
     result = runner.invoke(cli.app, ["db", "upgrade"])
     assert result.exit_code == 2 and "must be a sqlite" in result.output

@@ -26,7 +26,14 @@ def rules(machine: MachineSpec) -> set[Rule]:
 
 def test_the_shipped_specs_are_sound_and_fully_bound() -> None:
     loaded = load(bindings=binding_names())
-    assert set(loaded) == {"execution", "tool_call", "session", "owed_request", "instance"}
+    assert set(loaded) == {
+        "execution",
+        "tool_call",
+        "session",
+        "owed_request",
+        "instance",
+        "webhook_delivery",
+    }
 
 
 def test_every_non_terminal_state_says_what_a_crash_does() -> None:

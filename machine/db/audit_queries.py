@@ -21,6 +21,7 @@ from lockgate.machine.db.schema import (
     Session,
     ToolCall,
     TransitionLog,
+    WebhookDelivery,
     metadata,
 )
 from lockgate.spec import INSTANCE
@@ -56,6 +57,11 @@ class AuditQueries(Queries):
         """Every incarnation of every instance (an operator's view of who ran)."""
         with self._session() as s:
             return list(s.exec(select(Instance)))
+
+    def webhook_deliveries(self) -> list[WebhookDelivery]:
+        """Every outbox row, in creation order."""
+        with self._session() as s:
+            return list(s.exec(select(WebhookDelivery).order_by(col(WebhookDelivery.created_at))))
 
     def live_instance_ids(self) -> set[str]:
         """Instances live or draining: their lease still counts."""

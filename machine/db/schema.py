@@ -237,6 +237,33 @@ class OwedRequest(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
 
 
+class WebhookDelivery(SQLModel, table=True):
+    """The outbox: one event owed to the operator's webhook endpoint (`webhook_delivery`).
+
+    Its id is the event's `webhook-id`, derived from what it announces (a call's approval
+    request, or its expiry warning), so the same event is never queued twice and a receiver
+    dedupes a redelivery on it. The payload is the exact body POSTed, signed at each attempt.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: str = Field(primary_key=True, max_length=120)
+    kind: str = Field(max_length=32)
+    principal_id: str = Field(max_length=64, index=True)
+    execution_id: str = Field(max_length=64)
+    call_seq: int
+    payload: JsonValue = Field(sa_column=_json(nullable=False))
+    status: str = Field(max_length=32)
+    version: int = 0
+    attempts: int = 0
+    next_attempt_at: datetime = Field(sa_column=_when())
+    claimed_by: str | None = Field(default=None, max_length=200)
+    last_error: str | None = Field(default=None, max_length=500)
+    delivered_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    created_at: datetime = Field(sa_column=_when())
+
+
 class ApprovalToken(SQLModel, table=True):
     """A single-use approval link, bound to one paused call.
 

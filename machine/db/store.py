@@ -42,6 +42,7 @@ from lockgate.machine.db.schema import (
     OwedRequest,
     ToolCall,
     TransitionLog,
+    WebhookDelivery,
     metadata,
 )
 from lockgate.machine.db.schema import Session as SessionRow
@@ -49,6 +50,7 @@ from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.db.session_queries import SessionQueries
 from lockgate.machine.db.source_queries import SourceQueries
 from lockgate.machine.db.tool_call_queries import ToolCallQueries
+from lockgate.machine.db.webhook_queries import WebhookQueries
 from lockgate.machine.errors import Conflict, IllegalTransition
 from lockgate.machine.records import Change, Fence
 from lockgate.machine.store import declared_edges, refuse_undeclared
@@ -61,6 +63,7 @@ TABLES: Mapping[str, type[SQLModel]] = {
     "session": SessionRow,
     "owed_request": OwedRequest,
     "instance": Instance,
+    "webhook_delivery": WebhookDelivery,
 }
 MACHINE_OF: Mapping[type[SQLModel], str] = {model: name for name, model in TABLES.items()}
 #: Rows are inserted parents first, as the ORM's unit of work would order them.
@@ -152,6 +155,7 @@ class SqlStore:
         self.audit_export = AuditExportQueries(engine)
         self.inbox = InboxQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
+        self.webhooks = WebhookQueries(engine)
         self.approval_tokens = ApprovalTokenQueries(engine, writer)
 
     @contextmanager

@@ -1,0 +1,23 @@
+"""The README's reference table of every setting, generated from `Settings`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from lockgate.machine.settings import Settings
+
+
+def reference_table() -> str:
+    """The Markdown reference of every setting, generated from this model (README embeds it)."""
+    rows = ["| environment variable | default | what it does |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        variable = "DATABASE_URL" if name == "database_url" else f"LOCKGATE_{name.upper()}"
+        default = field.default
+        if isinstance(default, timedelta):
+            shown = f"{int(default.total_seconds())} s"
+        elif default in (None, ""):
+            shown = "(unset)"
+        else:
+            shown = f"`{default}`"
+        rows.append(f"| `{variable}` | {shown} | {field.description} |")
+    return "\n".join(rows) + "\n"
