@@ -83,6 +83,11 @@ def post_over_http(attempt: Attempt) -> None:
         raise DeliveryFailed(f"no answer within {attempt.timeout:g} s") from None
     except httpx2.HTTPError as exc:
         raise DeliveryFailed(f"the request failed ({type(exc).__name__})") from None
+    if 300 <= response.status_code < 400:
+        raise DeliveryFailed(
+            f"HTTP {response.status_code}: redirects are not followed (set "
+            "LOCKGATE_WEBHOOK_URL to the address it redirects to)"
+        )
     if not 200 <= response.status_code < 300:
         excerpt = response.text[:ERROR_CHARS]
         raise DeliveryFailed(f"HTTP {response.status_code}: {excerpt}".strip())

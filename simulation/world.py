@@ -29,11 +29,11 @@ from lockgate.machine.secret_store import SecretCipher, StoredSecrets, new_key
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.views import ExecutionView
-from lockgate.simulation.webhook_endpoint import WebhookEndpoint
 from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
 from lockgate.simulation.canary import CanarySource
 from lockgate.simulation.http_notes import SOURCE as HTTP_SOURCE
 from lockgate.simulation.http_notes import notes_api
+from lockgate.simulation.webhook_endpoint import WebhookEndpoint
 
 #: Passed to the notes tools and the leaking canary tools at dispatch; it must never appear
 #: in any record or log.
