@@ -51,6 +51,7 @@ from lockgate.server.operations import (
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.session_gate import SessionGate
+from lockgate.server.session_notices import SessionNotices
 
 log = logging.getLogger("lockgate.server")
 
@@ -185,6 +186,12 @@ def create_app(
         held=session_manager.held,
         replayable=session_manager.replayable,
         max_sessions_per_principal=settings.max_sessions_per_principal,
+        notices=SessionNotices(
+            store=runtime.engine.store,
+            ledger=runtime.sessions.ledger,
+            warning=settings.approval_warning,
+            clock=lambda: runtime.engine.clock(),
+        ),
     )
     mcp_endpoint = WhenReady(
         BearerAuth(gate, keys, rate=rate, recheck_secs=settings.key_recheck_secs), ready

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -82,8 +83,18 @@ stream_ready: ContextVar[anyio.Event | None] = ContextVar("lockgate_stream_ready
 class OwedResponse:
     """Watches one POST's response for the answer it owes; reports it lost otherwise."""
 
-    def __init__(self, ledger: Ledger, owed: OwedRecord, request_id: JsonValue, send: Send) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        owed: OwedRecord,
+        request_id: JsonValue,
+        send: Send,
+        notices: Callable[[], list[dict[str, JsonValue]]] | None = None,
+    ) -> None:
         self.ledger, self.owed, self.request_id, self._send = ledger, owed, request_id, send
+        #: What the session is told first (`server.session_notices`), right after the
+        #: stream's priming event; taken once.
+        self._notices = notices
         self.started = False
         self.finished = False
         self.sse = False
@@ -122,6 +133,8 @@ class OwedResponse:
             self.ready.set()
             if not more:
                 self.finished = True
+            elif self._notices is not None and self.sse and self.status < 400:
+                await self._tell_locked()
             if self.settled:
                 return
             answered = False
@@ -136,6 +149,20 @@ class OwedResponse:
             if answered:
                 self.settled = True
                 await to_thread.run_sync(self.ledger.answered, self.owed)
+
+    async def _tell_locked(self) -> None:
+        notices, self._notices = self._notices, None
+        assert notices is not None
+        try:
+            told = await to_thread.run_sync(notices)
+        except Exception:
+            # A notice is a courtesy: the request's own answer must not depend on it.
+            log.exception("could not read what to tell the session; answering without it")
+            return
+        for notice in told:
+            await self._send(
+                {"type": "http.response.body", "body": sse_event(notice), "more_body": True}
+            )
 
     def _parse_json(self) -> Any:
         try:

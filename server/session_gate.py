@@ -38,6 +38,7 @@ from lockgate.server.auth import (
     without_header,
 )
 from lockgate.server.owed_response import DrainSignal, OwedResponse, sse_event, stream_ready
+from lockgate.server.session_notices import SessionNotices
 
 log = logging.getLogger("lockgate.ledger")
 
@@ -62,6 +63,7 @@ class SessionGate:
         held: Callable[[str], bool],
         replayable: Callable[[str, str], bool] = lambda session_id, event_id: False,
         max_sessions_per_principal: int | None = None,
+        notices: SessionNotices | None = None,
     ) -> None:
         self.app, self.sessions, self.deadline, self.drain = app, sessions, deadline, drain
         self.ledger = sessions.ledger
@@ -72,6 +74,8 @@ class SessionGate:
         #: own streams of that session: every session has its own replay log).
         self.replayable = replayable
         self.max_sessions_per_principal = max_sessions_per_principal
+        #: What each request of a session is told first (lost requests, expiring approvals).
+        self.notices = notices
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = header(scope, b"mcp-protocol-version")
@@ -265,7 +269,14 @@ class SessionGate:
             owed = await to_thread.run_sync(
                 self.ledger.owe, session_id, request_id, str(parsed["method"]), execution_id
             )
-            watcher = OwedResponse(self.ledger, owed, request_id, send)
+            notices = self.notices
+            watcher = OwedResponse(
+                self.ledger,
+                owed,
+                request_id,
+                send,
+                None if notices is None else lambda: notices.for_request(session_id),
+            )
             try:
                 await self._answer(scope, replay, watcher, gone)
             except anyio.get_cancelled_exc_class():

@@ -3,6 +3,8 @@ first (index `ix_executions_principal` on principal and creation time)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlmodel import col, select
 
 from lockgate.machine.db.queries import Queries
@@ -22,6 +24,26 @@ class InboxQueries(Queries):
                         Execution.status == E.WAITING_FOR_INTERACTION,
                     )
                     .order_by(col(Execution.created_at).desc())
+                    .limit(limit)
+                )
+            )
+
+    def expiring_in_session(
+        self, session_id: str, now: datetime, until: datetime, limit: int
+    ) -> list[Execution]:
+        """Up to `limit` paused executions started on the session whose deadline falls in
+        (now, until], the nearest first (index `ix_executions_live_session`)."""
+        with self._session() as s:
+            return list(
+                s.exec(
+                    select(Execution)
+                    .where(
+                        Execution.session_id == session_id,
+                        Execution.status == E.WAITING_FOR_INTERACTION,
+                        col(Execution.deadline) > now,
+                        col(Execution.deadline) <= until,
+                    )
+                    .order_by(col(Execution.deadline))
                     .limit(limit)
                 )
             )

@@ -35,10 +35,16 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 @asynccontextmanager
 async def mcp_client(
-    url: str, key: str | None, mode: str, *, elicitation_callback: Any = None
+    url: str,
+    key: str | None,
+    mode: str,
+    *,
+    elicitation_callback: Any = None,
+    logging_callback: Any = None,
 ) -> AsyncIterator[Client]:
     """The real SDK client over streamable HTTP, with a Bearer key (or none); with
-    `elicitation_callback`, a client that declares elicitation and answers with it."""
+    `elicitation_callback`, a client that declares elicitation and answers with it; with
+    `logging_callback`, one that hears the server's `notifications/message`."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     finished = False
     try:
@@ -48,6 +54,7 @@ async def mcp_client(
                 streamable_http_client(url, http_client=http),
                 mode=mode,
                 elicitation_callback=elicitation_callback,
+                logging_callback=logging_callback,
             ) as client,
         ):
             yield client
