@@ -41,8 +41,7 @@ from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
-from lockgate.server.tasks import Tasks
-from lockgate.server.tasks import declared as task_declared
+from lockgate.server.tasks import Tasks, answers_with_task
 from lockgate.server.tool_listing import (
     DESCRIBED_TOOLS,
     SOURCE_TOOLS,
@@ -244,7 +243,7 @@ class LockgateMCP:
                     if session_id and ctx.request_id is not None
                     else None
                 )
-                as_task = task_declared(ctx)
+                as_task = answers_with_task(ctx)
                 outcome = await self.runner.execute(
                     principal,
                     args.code,

@@ -40,6 +40,7 @@ from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
+from lockgate.server.input_required import STATELESS
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.runner import ExecutionRunner
 from lockgate.spec import ExecutionStatus as E
@@ -63,6 +64,14 @@ def declared(ctx: ServerRequestContext[Any]) -> bool:
     """Whether this request's client declared the extension (per request, on 2026-07-28)."""
     capabilities = ctx.session.client_capabilities
     return bool(capabilities and capabilities.extensions and TASKS in capabilities.extensions)
+
+
+def answers_with_task(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether `execute` answers this request with a task: a 2026-07-28 request that declared
+    the extension. A 2025 session whose client declared it at initialize (the MCP Inspector
+    does) gets the tool result: on that protocol a `tools/call` answers a `CallToolResult`,
+    which a task is not."""
+    return ctx.protocol_version >= STATELESS and declared(ctx)
 
 
 def _require(ctx: ServerRequestContext[Any]) -> None:
