@@ -1,0 +1,191 @@
+"""A fleet: three `lockgate serve` instances on one real PostgreSQL, behind a round-robin
+proxy without session affinity (every request of a session goes to the next instance).
+Several clients (the Python SDK, one session each) execute writes that pause for approval
+and accept them, while one instance is SIGKILLed under that load. Its sessions keep working
+on the others, its work is recovered by another instance once its lease lapses, and nothing
+is lost or done twice: every write accepted by a completed execution was made exactly once,
+and no execution is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockgate.machine.db.audit_queries import AuditQueries
+from lockgate.machine.db.connect import open_engine
+from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import InstanceStatus
+from tests.support.round_robin import RunningProxy, serve_proxy
+from tests.support.servers import (
+    Deployment,
+    LockgateServer,
+    create_key_directly,
+    make_deployment,
+    mcp_client,
+    new_database_url,
+    run,
+    structured,
+    writes_of,
+)
+
+pytest_plugins = ["tests.support.servers"]
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 6
+ROUNDS = 4
+#: The instance is killed once this many rounds (of all clients) have completed.
+KILL_AFTER = 6
+#: Attempts a client makes at one step before the test gives up on it.
+ATTEMPTS = 6
+
+
+@pytest.fixture(name="instances")
+def instances_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    deployment = make_deployment(
+        new_database_url(request, "postgres", tmp_path),
+        tmp_path,
+        LOCKGATE_LEASE_TTL="1",
+        LOCKGATE_HEARTBEAT_INTERVAL="0.2",
+        # A broken stream is retried soon (the SDKs wait the server's `retry:` first).
+        LOCKGATE_SSE_RETRY_MS="200",
+    )
+    try:
+        yield deployment
+    finally:
+        deployment.stop_all()
+
+
+#: Iterations the code spins after its write, so executions are running when the kill comes.
+SPIN = 400_000
+
+
+def spinning_write(note: str) -> str:
+    """A write that needs approval, then a while of computing: an execution killed in that
+    while is recovered from its checkpoint after the write, which is not made again."""
+    return (
+        f"written = tools.notes.write(key={note!r}, text='v')\n"
+        f"n = 0\nfor i in range({SPIN}):\n    n = n + 1\n"
+        "{'written': written, 'n': n}\n"
+    )
+
+
+class Worker:
+    """One client: one session through the proxy, as long as it works; a new one when the
+    SDK gives up on it. Each step is retried as a client would: an execute with its
+    idempotency key (attaching to the execution an earlier attempt started), a resume with
+    the same decision (the same outcome again)."""
+
+    def __init__(self, url: str, key: str, name: str, done: list[int]) -> None:
+        self.url, self.key, self.name, self.done = url, key, name, done
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.failures: list[str] = []
+
+    async def step(self, client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return structured(await client.call_tool(tool, arguments))
+
+    async def run(self) -> None:
+        for round_ in range(ROUNDS):
+            note = f"{self.name}-{round_}"
+            call = {"code": spinning_write(note), "idempotencyKey": note}
+            outcome: dict[str, Any] | None = None
+            for _ in range(ATTEMPTS):
+                try:
+                    async with mcp_client(self.url, self.key, "legacy") as client:
+                        paused = await self.step(client, "execute", call)
+                        if paused["status"] == "waiting_for_interaction":
+                            paused = await self.step(
+                                client,
+                                "resume",
+                                {"executionId": paused["executionId"], "action": "accept"},
+                            )
+                        while paused["status"] in ("running", "pending"):
+                            paused = await self.step(
+                                client, "resume", {"executionId": paused["executionId"]}
+                            )
+                        outcome = paused
+                        break
+                except Exception as exc:  # a stream cut by the kill: try again
+                    self.failures.append(f"{note}: {type(exc).__name__}: {exc}")
+            assert outcome is not None, f"{note} never settled: {self.failures}"
+            self.outcomes[note] = outcome
+            self.done.append(1)
+
+
+def running_on(database_url: str, instance: str) -> bool:
+    """Whether the instance named `instance` runs an execution now."""
+    engine = open_engine(database_url)
+    try:
+        audit = AuditQueries(engine)
+        ids = {i.id for i in audit.instances() if i.name == instance}
+        return any(e.status == E.RUNNING and e.owner in ids for e in audit.executions())
+    finally:
+        engine.dispose()
+
+
+def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
+    instances: Deployment,
+) -> None:
+    fleet = instances
+    servers: list[LockgateServer] = [
+        fleet.start(name=f"instance-{n}", LOCKGATE_INSTANCE_NAME=f"fleet-{n}") for n in range(3)
+    ]
+    key = create_key_directly(fleet.database_url, "alice")
+    proxies = serve_proxy([s.base_url for s in servers])
+    proxy: RunningProxy = next(proxies)
+    try:
+        done: list[int] = []
+        workers = [Worker(proxy.url, key, f"w{n}", done) for n in range(CLIENTS)]
+
+        async def load() -> None:
+            tasks = [asyncio.create_task(w.run()) for w in workers]
+            while len(done) < KILL_AFTER:
+                await asyncio.sleep(0.05)  # polls the workers' progress, nothing else
+            # Killed while it runs an execution, so that work must be recovered elsewhere.
+            for _ in range(400):
+                if await asyncio.to_thread(running_on, fleet.database_url, "fleet-1"):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("instance fleet-1 never ran an execution to be killed under")
+            assert await asyncio.to_thread(servers[1].kill) == -signal.SIGKILL
+            await asyncio.gather(*tasks)
+
+        run(load())
+    finally:
+        proxies.close()
+
+    # Every instance served requests: sessions really moved between them.
+    assert all(proxy.proxy.served[s.base_url] > 0 for s in servers), proxy.proxy.served
+    outcomes = {note: o for w in workers for note, o in w.outcomes.items()}
+    assert len(outcomes) == CLIENTS * ROUNDS
+    for note, outcome in outcomes.items():
+        writes = writes_of(fleet, note)
+        if outcome["status"] == E.COMPLETED:
+            assert outcome["result"] == {"written": {"key": note, "written": True}, "n": SPIN}
+            assert len(writes) == 1, (note, writes)
+        else:
+            # Cut off mid-write by the kill: reported as interrupted, never made twice.
+            assert outcome["status"] == E.INTERRUPTED, outcome
+            assert len(writes) <= 1, (note, writes)
+    completed = [o for o in outcomes.values() if o["status"] == E.COMPLETED]
+    assert len(completed) >= CLIENTS * ROUNDS - 1, outcomes
+
+    engine = open_engine(fleet.database_url)
+    try:
+        audit = AuditQueries(engine)
+        stranded = [
+            e.id for e in audit.executions() if e.status not in (E.COMPLETED, E.INTERRUPTED)
+        ]
+        assert stranded == []
+        recovered = [t.event for t in audit.transitions() if t.event in ("requeue", "interrupt")]
+        assert recovered, "the killed instance's execution was not recovered by another"
+        statuses = {i.name: i.status for i in audit.instances()}
+        assert statuses.get("fleet-1") == InstanceStatus.DEAD, statuses
+    finally:
+        engine.dispose()
