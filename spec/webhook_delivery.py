@@ -66,8 +66,6 @@ WEBHOOK_DELIVERY = MachineSpec(
             dest=S.QUEUED,
             conditions=("delivery_due",),
             effects=("claim_attempt",),
-            # A lost claim only lets the row be claimed again: at least once either way.
-            waits_for_disk=False,
             description="An instance takes the due row for one attempt (its next attempt "
             "time moves past the attempt's bound, so no other instance sends it meanwhile).",
         ),

@@ -256,7 +256,10 @@ def test_after_a_sigkill_the_session_works_and_its_lost_id_is_reported_once(
                 listed = await http.post(url, headers=headers(alice, session_id), json=tools_list)
                 assert listed.status_code == 200, listed.text
                 assert listed.headers["mcp-session-id"] == session_id
-                [answer] = sse_messages(listed.content)
+                # Told first what it missed (the report itself waits for a GET).
+                [told, answer] = sse_messages(listed.content)
+                assert told["method"] == "notifications/message", told
+                assert told["params"]["data"]["lostRequestId"] == "lost-1", told
                 names = {tool["name"] for tool in answer["result"]["tools"]}
                 assert names == {"execute", "resume", "describe_tools", *SOURCE_TOOLS}
 
