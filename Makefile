@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke
+.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,17 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(BIN)/python -m bench --smoke
+
+# The soak under kills (bench/soak.py): clients doing a mix of everything while instances
+# are SIGKILLed and restarted, then the checker's figures (some must be 0). `soak` is the
+# long run whose figures bench/RESULTS.md records (a fleet of three on PostgreSQL, ten
+# minutes); `soak-short` the minute .ci/run makes (one instance, then the fleet).
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --instances 3 --clients 16 --seconds 600 --kill-every 5
+
+soak-short: $(STAMP)
+	$(BIN)/python -m bench.soak --instances 1 --clients 6 --seconds 25 --kill-every 4
+	$(BIN)/python -m bench.soak --instances 3 --clients 6 --seconds 25 --kill-every 4
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -59,6 +59,12 @@ class RoundRobin:
                     response = await client.send(request, stream=True)
                 except httpx2.ConnectError:
                     continue  # that instance is down: the next one takes the request
+                except httpx2.TransportError:
+                    # It died with the request: a balancer answers 502 (never sending a
+                    # request that may have been taken to another instance).
+                    await send({"type": "http.response.start", "status": 502, "headers": []})
+                    await send({"type": "http.response.body", "body": b"the instance died"})
+                    return
                 self.served[backend] += 1
                 await send(
                     {
@@ -92,9 +98,10 @@ class RunningProxy:
         return f"{self.base_url}/mcp"
 
 
-def serve_proxy(backends: list[str]) -> Generator[RunningProxy]:
-    """Serve a round-robin proxy over `backends` (base URLs) until the generator closes."""
-    port = free_port()
+def serve_proxy(backends: list[str], port: int | None = None) -> Generator[RunningProxy]:
+    """Serve a round-robin proxy over `backends` (base URLs) until the generator closes, on
+    `port` (the public URL the instances were told) or a free one."""
+    port = port or free_port()
     proxy = RoundRobin(backends)
     server = uvicorn.Server(
         uvicorn.Config(proxy, host="127.0.0.1", port=port, log_level="error", lifespan="off")
