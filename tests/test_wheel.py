@@ -30,7 +30,7 @@ def wheel_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for package in PACKAGES:
         shutil.copytree(

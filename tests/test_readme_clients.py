@@ -1,0 +1,52 @@
+"""The README's client configurations parse, and each has the shape its client documents:
+Claude Code (`claude mcp add --transport http ... --header`, `.mcp.json` with `type: http`),
+Claude Desktop (a stdio bridge, `mcp-remote`, with the header), Cursor (`url` and
+`headers`), VS Code (`servers` with `type: http`, the key from a password input)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADING = "### Claude Code, Claude Desktop, Cursor and VS Code"
+
+
+def section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(HEADING)
+    return text[start : text.index("\n### ", start + len(HEADING))]
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section(), flags=re.S)
+
+
+def test_every_client_configuration_has_its_documented_shape() -> None:
+    [command] = blocks("sh")
+    args = shlex.split(command)
+    assert args[:6] == ["claude", "mcp", "add", "--transport", "http", "lockgate"]
+    assert args[6].endswith("/mcp") and args[7:] == ["--header", "Authorization: Bearer <key>"]
+
+    code, desktop, cursor, vscode = (json.loads(b) for b in blocks("json"))
+    server: Any = code["mcpServers"]["lockgate"]
+    assert server["type"] == "http" and server["url"].endswith("/mcp")
+    assert server["headers"]["Authorization"].startswith("Bearer ")
+
+    bridge = desktop["mcpServers"]["lockgate"]
+    assert bridge["command"] == "npx" and "mcp-remote" in bridge["args"]
+    header = bridge["args"][bridge["args"].index("--header") + 1]
+    assert header == "Authorization:${LOCKGATE_AUTH}" and " " not in header
+    assert bridge["env"]["LOCKGATE_AUTH"].startswith("Bearer ")
+
+    remote = cursor["mcpServers"]["lockgate"]
+    assert remote["url"].endswith("/mcp") and "Authorization" in remote["headers"]
+
+    [asked] = vscode["inputs"]
+    assert asked["type"] == "promptString" and asked["password"] is True
+    entry = vscode["servers"]["lockgate"]
+    assert entry["type"] == "http"
+    assert entry["headers"]["Authorization"] == f"Bearer ${{input:{asked['id']}}}"
