@@ -66,7 +66,7 @@ bench-smoke: $(STAMP)
 # long run whose figures bench/RESULTS.md records (a fleet of three on PostgreSQL, ten
 # minutes); `soak-short` the minute .ci/run makes (one instance, then the fleet).
 soak: $(STAMP)
-	$(BIN)/python -m bench.soak --instances 3 --clients 16 --seconds 600 --kill-every 5
+	$(BIN)/python -m bench.soak --instances 3 --clients 16 --seconds 600 --kill-every 5 --record fleet
 
 soak-short: $(STAMP)
 	$(BIN)/python -m bench.soak --instances 1 --clients 6 --seconds 25 --kill-every 4

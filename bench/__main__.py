@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import soak_report
 from bench.counting import count
 from bench.history import history_cost
 from bench.machine import describe
@@ -99,7 +100,9 @@ def main() -> None:
     profiles = json.loads(profiles_file.read_text()) if profiles_file.exists() else {}
     if args.render:
         results_file = HERE / "results.json"
-        (HERE / "RESULTS.md").write_text(render(json.loads(results_file.read_text()), profiles))
+        (HERE / "RESULTS.md").write_text(
+            render(json.loads(results_file.read_text()), profiles, soak_report.load())
+        )
         return
     ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
     out_dir: Path = args.out or (
@@ -131,7 +134,7 @@ def main() -> None:
         results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out_dir / "RESULTS.md").write_text(render(results, profiles))
+    (out_dir / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))
     print(f"bench: wrote {out_dir / 'results.json'} and {out_dir / 'RESULTS.md'}")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.soak_report import soak_section
+
 #: The cases the suite does not measure yet, said in the results rather than left out.
 #: Cases the suite does not measure yet (none now).
 NOT_YET: tuple[str, ...] = ()
@@ -354,7 +356,11 @@ def _unmet_section(results: dict[str, Any]) -> list[str]:
     return ["## Goals not reached yet, by how much, and why", "", *found, ""]
 
 
-def render(results: dict[str, Any], profiles: dict[str, Any] | None = None) -> str:
+def render(
+    results: dict[str, Any],
+    profiles: dict[str, Any] | None = None,
+    soaks: dict[str, Any] | None = None,
+) -> str:
     m, ns = results["machine"], results["ns"]
     big = ns[-1]
     lines = [
@@ -429,6 +435,7 @@ def render(results: dict[str, Any], profiles: dict[str, Any] | None = None) -> s
         *_history_section(results.get("history")),
         *_resume_section(results.get("resume")),
         *_profiles_section(profiles or {}),
+        *soak_section(soaks or {}),
         *_unmet_section(results),
     ]
     if NOT_YET:

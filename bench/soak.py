@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench import soak_report
 from bench.servers import LOCKGATE, lockgate_env
 from bench.soak_check import Figures, check
 from bench.soak_clients import ClientLog, SoakClient
@@ -193,6 +194,18 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
             postgres.stop()  # type: ignore[attr-defined]
 
 
+def rerender() -> None:
+    """RESULTS.md again, from the recorded results, profiles and soaks."""
+    from bench.report import render
+
+    here = Path(__file__).resolve().parent
+    results, profiles = here / "results.json", here / "profiles.json"
+    if results.exists():
+        loaded = json.loads(profiles.read_text()) if profiles.exists() else {}
+        text = render(json.loads(results.read_text()), loaded, soak_report.load())
+        (here / "RESULTS.md").write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
     parser.add_argument("--clients", type=int, default=8)
@@ -201,6 +214,9 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between kills")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--record", metavar="LABEL", help="keep the figures in bench/soaks.json (RESULTS.md)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lockgate-soak-") as folder:
         started = time.monotonic()
@@ -213,6 +229,10 @@ def main() -> None:
     print(figures.table())
     if args.json is not None:
         args.json.write_text(json.dumps(figures.rows, indent=2) + "\n")
+    if args.record is not None:
+        command = "python -m bench.soak " + " ".join(sys.argv[1:])
+        soak_report.record(args.record, command, figures.rows, time.monotonic() - started)
+        rerender()
     if figures.failures:
         print(f"FAILED: {', '.join(figures.failures)} must be 0", file=sys.stderr)
         raise SystemExit(1)
