@@ -189,7 +189,7 @@ class LockgateMCP:
         the client's person: within this request (2025), or as `input_required` (2026)."""
         if mode is ApprovalMode.NATIVE and ask:
             if self.native.can_ask(ctx):
-                outcome = await self.native.settle(ctx, principal, outcome)
+                outcome = await self.native.settle(ctx, principal, outcome, self.approval_url)
             elif (
                 self.input_required.applies(ctx)
                 and isinstance(outcome, ExecutionView)

@@ -3,8 +3,11 @@
 
 Form mode, where the client declares elicitation: the call is described and the person
 accepts or declines; the answer decides the call (exactly the call shown: `expected_call`)
-and the execution goes on, within the same request. A client that declares only URL mode,
-or none, gets the approval page's URL in the answer, as in `browser` mode.
+and the execution goes on, within the same request. URL mode, where the client declares only
+that: the client opens the call's approval page for its person (`elicitation/create` with
+the page's URL); once the person decides there, the server says so
+(`notifications/elicitation/complete`) and the request goes on with the outcome. A client
+that declares no elicitation gets the page's URL in the answer, as in `browser` mode.
 
 Nothing is lost when the client does not answer: a dismissed prompt (`cancel`), an error, a
 dropped connection or the call's deadline leave the execution paused exactly as it was, and
@@ -35,6 +38,8 @@ log = logging.getLogger("lockgate.mcp")
 #: The most calls one request asks about in turn (code that pauses again after each
 #: decision); past it, the answer is the paused execution, for `resume` to go on with.
 MAX_ASKED = 20
+#: How often a URL-mode request looks for the decision made on the page (a read of one row).
+PAGE_POLL_SECONDS = 0.25
 #: What the form asks for besides the decision: optionally, how many more calls of the same
 #: tool in the execution the approval also covers (`machine/approval_grants.py`).
 GRANT_FIELD = "alsoApproveNext"
@@ -90,30 +95,88 @@ class NativeDoor:
 
     @staticmethod
     def can_ask(ctx: ServerRequestContext[Any]) -> bool:
-        """Whether this request's client can be asked in a form, now (a 2026-07-28 request
-        has no channel for it: its door is InputRequiredResult)."""
+        """Whether this request's client can be asked (in a form, or on the page), now (a
+        2026-07-28 request has no channel for it: its door is InputRequiredResult)."""
         session = ctx.session
         declared = session.client_capabilities
-        if declared is None or declared.elicitation is None or not session.can_send_request:
-            return False
-        form, url = declared.elicitation.form, declared.elicitation.url
-        # A client that declared elicitation with neither mode (the 2025-06-18 form) has forms.
-        return form is not None or url is None
+        return (
+            declared is not None
+            and declared.elicitation is not None
+            and bool(session.can_send_request)
+        )
+
+    @staticmethod
+    def _by_url(ctx: ServerRequestContext[Any]) -> bool:
+        """Whether the client declared URL mode only (so the page is where its person goes).
+        One that declared elicitation with neither mode (the 2025-06-18 form) has forms."""
+        declared = ctx.session.client_capabilities
+        assert declared is not None and declared.elicitation is not None
+        return declared.elicitation.form is None and declared.elicitation.url is not None
 
     async def settle(
-        self, ctx: ServerRequestContext[Any], principal: str, outcome: ExecutionView | Running
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        outcome: ExecutionView | Running,
+        page: Callable[[ExecutionView], str | None],
     ) -> ExecutionView | Running:
-        """Ask the client's person about each call the execution waits on, in turn."""
+        """Ask the client's person about each call the execution waits on, in turn: in a
+        form, or on the call's approval page (`page`: its URL) for a URL-mode client."""
         if not self.can_ask(ctx):
             return outcome
+        by_url = self._by_url(ctx)
         for _ in range(MAX_ASKED):
             if not isinstance(outcome, ExecutionView) or outcome.pending is None:
                 return outcome
-            decided = await self._ask_in_form(ctx, principal, outcome)
+            if by_url:
+                decided = await self._ask_on_page(ctx, principal, outcome, page)
+            else:
+                decided = await self._ask_in_form(ctx, principal, outcome)
             if decided is None:
                 return outcome  # unanswered: paused as it was, for the other doors
             outcome = decided
         return outcome
+
+    async def _ask_on_page(
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        view: ExecutionView,
+        page: Callable[[ExecutionView], str | None],
+    ) -> ExecutionView | Running | None:
+        """URL mode: the client sends its person to the call's page; the person's decision
+        there (any door, really: the page, the inbox, a `resume` from elsewhere) ends the
+        wait, and the client is told the elicitation is complete."""
+        assert view.pending is not None
+        url = await anyio.to_thread.run_sync(page, view)
+        if url is None:
+            return None
+        elicitation = f"{view.id}:{view.pending.seq}"
+        try:
+            with anyio.fail_after(self._seconds_left(view)):
+                answer = await ctx.session.elicit_url(
+                    prompt(view), url, elicitation, related_request_id=ctx.request_id
+                )
+                if answer.action != "accept":
+                    return None  # the person would not open the page: nobody decided
+                decided = await self._decided_elsewhere(principal, view)
+            await ctx.session.send_elicit_complete(elicitation, related_request_id=ctx.request_id)
+        except Exception as exc:  # gone or too late: the execution stays paused
+            log.info("execution %s: the page's decision did not come (%s)", view.id, exc)
+            return None
+        return decided
+
+    async def _decided_elsewhere(
+        self, principal: str, view: ExecutionView
+    ) -> ExecutionView | Running:
+        """Once the call `view` waits on is decided, the execution's outcome."""
+        assert view.pending is not None
+        engine = self.runner.runtime.engine
+        while True:
+            now = await anyio.to_thread.run_sync(engine.get, view.id, principal)
+            if now.pending is None or now.pending.seq != view.pending.seq:
+                return await self.runner.wait(principal, view.id)
+            await anyio.sleep(PAGE_POLL_SECONDS)
 
     def _seconds_left(self, view: ExecutionView) -> float:
         assert view.pending is not None

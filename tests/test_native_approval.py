@@ -11,6 +11,7 @@ in `model`, whose clients stand in for the person).
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 from typing import Any
@@ -20,6 +21,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from tests.support.raw_mcp import ACCEPT, RawMCP
 from tests.support.servers import (
     Deployment,
     create_key_directly,
@@ -250,3 +252,89 @@ def test_a_loop_approved_once_in_the_client_s_prompt(deployment: Deployment, pro
     assert len(person.shown) == 1  # one prompt for the four writes
     doors = [line["door"] for line in audit_lines(deployment, "alice")]
     assert doors == ["client_prompt", "grant", "grant", "grant"]
+
+
+# -- 2025, URL mode: the client sends its person to the call's page ---------------------------
+
+
+def _data(line: str) -> dict[str, Any] | None:
+    if not line.startswith("data:") or not line[5:].strip():
+        return None
+    parsed: dict[str, Any] = json.loads(line[5:])
+    return parsed
+
+
+def test_a_url_mode_client_sends_its_person_to_the_page_and_the_request_goes_on(
+    deployment: Deployment,
+) -> None:
+    server = deployment.start(LOCKGATE_APPROVAL_MODE="native")
+    key = create_key_directly(deployment.database_url, "alice")
+    with httpx2.Client(timeout=60) as http:
+        raw = RawMCP(http, server.url, key, "legacy")
+        opened = http.post(
+            server.url,
+            headers={**raw.auth, **ACCEPT},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {"url": {}}},
+                    "clientInfo": {"name": "url-mode-client", "version": "1"},
+                },
+            },
+        )
+        raw.session_id = opened.headers["mcp-session-id"]
+        http.post(
+            server.url,
+            headers=raw.headers("notifications/initialized"),
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        )
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"code": write_code("by-url")}},
+        }
+        seen: list[dict[str, Any]] = []
+        with http.stream("POST", server.url, headers=raw.headers("tools/call"), json=call) as r:
+            lines = r.iter_lines()
+            asked = next(m for m in map(_data, lines) if m and m.get("method"))
+            assert asked["method"] == "elicitation/create", asked
+            params = asked["params"]
+            assert params["mode"] == "url" and "/approve/" in params["url"], params
+            assert "tools.notes.write" in params["message"]
+            # The client's person agrees to open the page...
+            agreed = http.post(
+                server.url,
+                headers=raw.headers("elicitation/create"),
+                json={"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}},
+            )
+            assert agreed.status_code == 202, agreed.text
+            assert writes_of(deployment, "by-url") == []  # opening the page decides nothing
+            # ...and approves there.
+            execution_id = params["elicitationId"].split(":")[0]
+            decided = http.post(
+                f"{server.base_url}/api/executions/{execution_id}/resume",
+                headers={
+                    "X-Approval-Token": params["url"].rsplit("/", 1)[1],
+                    "Origin": server.base_url,
+                },
+                json={"action": "accept"},
+            )
+            assert decided.status_code == 200, decided.text
+            for message in map(_data, lines):
+                if message is not None:
+                    seen.append(message)
+                    if message.get("id") == 7:
+                        break
+    complete = [m for m in seen if m.get("method") == "notifications/elicitation/complete"]
+    assert [m["params"]["elicitationId"] for m in complete] == [params["elicitationId"]]
+    [answer] = [m for m in seen if m.get("id") == 7]
+    result = answer["result"]["structuredContent"]
+    assert result["status"] == "completed", result
+    assert result["result"] == {"written": {"key": "by-url", "written": True}}
+    assert len(writes_of(deployment, "by-url")) == 1
+    [record] = audit_lines(deployment, "alice")
+    assert record["door"] == "approval_page"
