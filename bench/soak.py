@@ -119,6 +119,7 @@ def settle(database_url: str) -> None:
 
 def soak(args: argparse.Namespace, workdir: Path) -> Figures:
     canary = f"soak-canary-{secrets.token_hex(8)}"
+    signing_key = secrets.token_urlsafe(32)
     postgres = None
     if args.instances > 1:
         from bench.__main__ import postgres_url
@@ -141,7 +142,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
         LOCKGATE_HEARTBEAT_INTERVAL="0.5",
         LOCKGATE_SSE_RETRY_MS="500",
         LOCKGATE_RESPONSE_DEADLINE_SECS="30",
-        LOCKGATE_SIGNING_KEYS=secrets.token_urlsafe(32),
+        LOCKGATE_SIGNING_KEYS=signing_key,
         LOCKGATE_LOG_FORMAT="json",
     )
     instances = [Instance(f"soak-{n}", env, workdir) for n in range(args.instances)]
@@ -183,7 +184,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
             workdir / "notes",
             logs,
             [log for i in instances for log in i.logs],
-            canary,
+            [signing_key, canary],
             kills,
         )
     finally:

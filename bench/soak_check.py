@@ -8,7 +8,7 @@ code it checks, and each figure names where it comes from.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +38,11 @@ class Figures:
 
 def check(
     database_url: str, notes_dir: Path, logs: Iterable[ClientLog], server_logs: Iterable[Path],
-    canary: str, kills: int,
+    secrets: Sequence[str], kills: int,
 ) -> Figures:  # fmt: skip
+    """The figures; `secrets` are the values the servers held that must appear in no row,
+    no server log and nothing a client saw (the approval-link signing key, the tools'
+    token)."""
     clients = list(logs)
     requests: Counter[str] = Counter()
     operations: Counter[str] = Counter()
@@ -52,7 +55,9 @@ def check(
         audit = AuditQueries(engine)
         executions = audit.executions()
         transitions = audit.transitions()
-        leaked_rows = sum(1 for _, text in audit.stored_text() if canary in text)
+        leaked_rows = sum(
+            1 for _, text in audit.stored_text() if any(secret in text for secret in secrets)
+        )
     finally:
         engine.dispose()
     per_call: dict[str, Counter[str]] = {}
@@ -63,8 +68,9 @@ def check(
     writes = Counter(
         e["key"] for e in NotesSource(notes_dir).effects() if e.get("tool") == "notes.write"
     )
-    leaked_logs = sum(1 for p in server_logs if p.exists() and canary in p.read_text())
-    leaked_logs += sum(1 for log in clients for line in log.lines if canary in line)
+    texts = [p.read_text() for p in server_logs if p.exists()]
+    texts += [line for log in clients for line in log.lines]
+    leaked_logs = sum(1 for text in texts if any(secret in text for secret in secrets))
     statuses = Counter(e.status for e in executions)
     return Figures(
         {

@@ -36,7 +36,7 @@ def test_a_clean_run_passes(
     make_runtime: Callable[..., Runtime], database_url: str, tmp_path: Path
 ) -> None:
     _clean_run(make_runtime)
-    figures = check(database_url, tmp_path / "notes", [_log()], [], CANARY, kills=0)
+    figures = check(database_url, tmp_path / "notes", [_log()], [], [CANARY], kills=0)
     assert figures.failures == []
     assert figures.rows["approvals granted"] == figures.rows["approvals consumed once"] == 1
     assert figures.rows["writes made"] == 1
@@ -55,7 +55,7 @@ def test_each_broken_promise_fails_the_run_by_name(
     runtime.engine.submit("alice", "1")
     leaked = tmp_path / "server.log"
     leaked.write_text(f"token={CANARY}\n")
-    figures = check(database_url, tmp_path / "notes", [_log(hung=1)], [leaked], CANARY, kills=1)
+    figures = check(database_url, tmp_path / "notes", [_log(hung=1)], [leaked], [CANARY], kills=1)
     assert set(figures.failures) == {"hung", "effects duplicated", "stranded", "secrets"}
     table: Any = figures.table()
     assert "| effects duplicated | 1 |" in table and "| hung | 1 |" in table
