@@ -181,9 +181,12 @@ def test_the_background_loop_delivers_without_being_asked(
 ) -> None:
     runtime = _runtime(make_runtime, hook, heartbeat_interval="0.2")
     runtime.start()
-    paused = runtime.engine.execute("alice", WRITE)
-    [event] = hook.receiver.wait_for(1)
-    assert event["data"]["execution_id"] == paused.id
+    try:
+        paused = runtime.engine.execute("alice", WRITE)
+        [event] = hook.receiver.wait_for(1)
+        assert event["data"]["execution_id"] == paused.id
+    finally:
+        runtime.close()  # its threads stop with it
 
 
 @pytest.mark.parametrize(
@@ -225,3 +228,22 @@ def test_the_operator_lists_the_outbox_and_makes_secrets(
     assert made.exit_code == 0 and made.output.startswith("whsec_")
     bad = CliRunner().invoke(app, ["webhook", "list", "--status", "lost"])
     assert bad.exit_code == 2 and "lost" in bad.output
+
+
+def test_each_call_an_execution_pauses_on_is_warned_about(
+    make_runtime: Build, hook: RunningReceiver
+) -> None:
+    clock = Clock()
+    runtime = _runtime(make_runtime, hook, approval_ttl="3600", approval_warning="600", clock=clock)
+    two = 'tools.notes.write(key="a", text="1")\ntools.notes.write(key="b", text="2")'
+    paused = runtime.engine.execute("alice", two)
+    clock.now += timedelta(minutes=51)
+    runtime.maintain()
+    runtime.engine.resume(paused.id, "alice", Action.ACCEPT)  # now paused on the second
+    clock.now += timedelta(minutes=51)
+    runtime.maintain()
+    runtime.engine.webhooks.deliver_due()
+    warned = [
+        (e["type"], e["data"]["call"]) for e in hook.receiver.wait_for(4) if e["type"] == EXPIRING
+    ]
+    assert sorted(warned) == [(EXPIRING, 1), (EXPIRING, 2)]

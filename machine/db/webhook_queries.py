@@ -46,7 +46,16 @@ class WebhookQueries(Queries):
     ) -> list[tuple[Execution, ToolCall]]:
         """Paused executions whose deadline falls in (now, until], with the call that waits,
         that have no `kind` row yet."""
-        warned = select(WebhookDelivery.execution_id).where(WebhookDelivery.kind == kind)
+        # The warning of that very call (an execution may pause on several in turn).
+        warned = (
+            select(WebhookDelivery.id)
+            .where(
+                WebhookDelivery.kind == kind,
+                col(WebhookDelivery.execution_id) == col(Execution.id),
+                col(WebhookDelivery.call_seq) == col(ToolCall.seq),
+            )
+            .exists()
+        )
         with self._session() as s:
             rows = s.exec(
                 select(Execution, ToolCall)
@@ -56,7 +65,7 @@ class WebhookQueries(Queries):
                     col(Execution.deadline) > now,
                     col(Execution.deadline) <= until,
                     ToolCall.status == C.AWAITING_APPROVAL,
-                    col(Execution.id).not_in(warned),
+                    ~warned,
                 )
                 .order_by(col(Execution.deadline))
                 .limit(limit)
