@@ -91,9 +91,9 @@ class Instance:
                 self.process.kill()
 
 
-def create_key(env: dict[str, str]) -> str:
+def create_key(env: dict[str, str], principal: str) -> str:
     done = subprocess.run(
-        [str(LOCKGATE), "keys", "create", "soak"], env=env, capture_output=True, text=True
+        [str(LOCKGATE), "keys", "create", principal], env=env, capture_output=True, text=True
     )
     found = re.search(r"lg_[A-Za-z0-9_-]+", done.stdout)
     if done.returncode != 0 or found is None:
@@ -151,7 +151,8 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
     try:
         for instance in instances:
             instance.start()
-        key = create_key(env)
+        # Each client an agent of its own (a principal, with its own limits), as in the field.
+        keys = [create_key(env, f"agent-{n}") for n in range(args.clients)]
         proxies = serve_proxy([i.base_url for i in instances], proxy_port)
         proxy = next(proxies)
 
@@ -168,7 +169,8 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
         thread.start()
         until = time.monotonic() + args.seconds
         clients = [
-            SoakClient(n, proxy.url, proxy.base_url, key, args.seed) for n in range(args.clients)
+            SoakClient(n, proxy.url, proxy.base_url, keys[n], args.seed)
+            for n in range(args.clients)
         ]
 
         async def everyone() -> list[ClientLog]:

@@ -84,6 +84,7 @@ def check(
             "operations completed": operations[E.COMPLETED],
             "operations interrupted (reported with what ran)": operations[E.INTERRUPTED],
             "operations given up by the client": operations["given up"],
+            "operations answered with an error (a limit, a refusal)": operations["error"],
             "approvals granted": len(approved),
             "approvals consumed once": sum(
                 1 for c in approved if c["dispatch"] + c["redispatch"] == 1

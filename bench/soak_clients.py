@@ -109,6 +109,8 @@ class SoakClient:
             raise GiveUp() from None
         self.log.requests["answered"] += 1
         content = result.structured_content
+        if result.is_error:
+            self.log.lines.append(f"refused: {tool}: {content}")
         if not isinstance(content, dict):
             self.log.lines.append(f"unstructured: {tool}: {result}")
             raise GiveUp()
