@@ -85,6 +85,8 @@ def check(
             "operations interrupted (reported with what ran)": operations[E.INTERRUPTED],
             "operations given up by the client": operations["given up"],
             "operations answered with an error (a limit, a refusal)": operations["error"],
+            "operations ending otherwise": sum(operations.values())
+            - sum(operations[k] for k in (E.COMPLETED, E.INTERRUPTED, "given up", "error")),
             "approvals granted": len(approved),
             "approvals consumed once": sum(
                 1 for c in approved if c["dispatch"] + c["redispatch"] == 1

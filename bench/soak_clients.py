@@ -146,7 +146,7 @@ class SoakClient:
     async def operation(self, op: str, note: str) -> str:
         if op == "read":
             done = await self.retried("execute", {"code": "tools.notes.list()"})
-            return str(done["status"])
+            return str(done.get("executionStatus") or done["status"])
         view = await self.retried("execute", {"code": gated(note), "idempotencyKey": note})
         if view["status"] == "waiting_for_interaction":
             target = {"executionId": view["executionId"]}
@@ -158,7 +158,9 @@ class SoakClient:
                 view = await self.retried("resume", {**target, "action": action})
         while view["status"] in ("running", "pending"):
             view = await self.retried("resume", {"executionId": view["executionId"]})
-        return str(view["status"])
+        # An execution that ended without a result (interrupted, expired) answers an error
+        # whose `executionStatus` says which.
+        return str(view.get("executionStatus") or view["status"])
 
     async def run(self, until: float) -> ClientLog:
         count = 0
