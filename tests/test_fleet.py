@@ -62,7 +62,7 @@ def instances_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
 
 
 #: Iterations the code spins after its write, so executions are running when the kill comes.
-SPIN = 400_000
+SPIN = 2_000_000
 
 
 def spinning_write(note: str) -> str:

@@ -21,7 +21,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.support.raw_mcp import ACCEPT, RawMCP
+from tests.support.raw_mcp import RawMCP
 from tests.support.servers import (
     Deployment,
     create_key_directly,
@@ -271,26 +271,8 @@ def test_a_url_mode_client_sends_its_person_to_the_page_and_the_request_goes_on(
     key = create_key_directly(deployment.database_url, "alice")
     with httpx2.Client(timeout=60) as http:
         raw = RawMCP(http, server.url, key, "legacy")
-        opened = http.post(
-            server.url,
-            headers={**raw.auth, **ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {"elicitation": {"url": {}}},
-                    "clientInfo": {"name": "url-mode-client", "version": "1"},
-                },
-            },
-        )
-        raw.session_id = opened.headers["mcp-session-id"]
-        http.post(
-            server.url,
-            headers=raw.headers("notifications/initialized"),
-            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        )
+        opened = raw.initialize({"elicitation": {"url": {}}}, "url-mode-client")
+        assert opened.status_code == 200, opened.text
         call = {
             "jsonrpc": "2.0",
             "id": 7,

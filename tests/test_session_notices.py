@@ -17,7 +17,7 @@ from lockgate.machine.db.store import SqlStore
 from lockgate.machine.settings import Settings
 from lockgate.spec import OwedRequestStatus
 from tests.support.polling import wait_for
-from tests.support.raw_mcp import ACCEPT, RawMCP
+from tests.support.raw_mcp import RawMCP
 from tests.support.servers import (
     Deployment,
     create_key_directly,
@@ -57,27 +57,8 @@ def test_a_prompt_whose_connection_dropped_is_told_on_the_next_request(
     key = create_key_directly(deployment.database_url, "alice")
     with httpx2.Client(timeout=30) as http:
         raw = RawMCP(http, server.url, key, "legacy")
-        opened = http.post(
-            server.url,
-            headers={**raw.auth, **ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {"elicitation": {"form": {}}},
-                    "clientInfo": {"name": "drops-its-connection", "version": "1"},
-                },
-            },
-        )
+        opened = raw.initialize({"elicitation": {"form": {}}}, "drops-its-connection")
         assert opened.status_code == 200, opened.text
-        raw.session_id = opened.headers["mcp-session-id"]
-        http.post(
-            server.url,
-            headers=raw.headers("notifications/initialized"),
-            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        )
         call = {
             "jsonrpc": "2.0",
             "id": 7,
@@ -92,6 +73,7 @@ def test_a_prompt_whose_connection_dropped_is_told_on_the_next_request(
                     break  # the connection drops with the prompt open
         assert asked["params"]["mode"] == "form", asked
         session_id = raw.session_id
+        assert session_id is not None
         wait_for(lambda: _lost_in(deployment.database_url, session_id), "the request lost")
 
         told = _notices(raw.request("tools/list"))

@@ -15,7 +15,7 @@ import pytest
 
 from lockgate.spec import ExecutionStatus
 from lockgate.spec.task_status import TASK_STATUS, TaskStatus, unmapped
-from tests.support.raw_mcp import ACCEPT, RawMCP, rpc_body
+from tests.support.raw_mcp import RawMCP, rpc_body
 from tests.support.servers import Deployment, create_key_directly, write_code, writes_of
 from tests.support.tasks_client import TASKS, TasksClient
 from tests.test_approval_modes import audit_lines
@@ -136,22 +136,8 @@ def test_a_2025_session_that_declared_tasks_gets_the_tool_result(deployment: Dep
     alice = create_key_directly(deployment.database_url, "alice")
     with httpx2.Client(timeout=30) as http:
         raw = RawMCP(http, server.url, alice, "legacy")
-        opened = http.post(
-            server.url,
-            headers={**raw.auth, **ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {"extensions": {TASKS: {}}},
-                    "clientInfo": {"name": "declares-tasks", "version": "1"},
-                },
-            },
-        )
+        opened = raw.initialize({"extensions": {TASKS: {}}}, "declares-tasks")
         assert opened.status_code == 200, opened.text
-        raw.session_id = opened.headers["mcp-session-id"]
         answer = rpc_body(raw.call_tool("execute", {"code": write_code("inspector-like")}))
         assert "error" not in answer, answer
         assert answer["result"]["structuredContent"]["status"] == "waiting_for_interaction"

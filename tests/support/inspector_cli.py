@@ -6,12 +6,13 @@ connects (a new session), makes one call, prints the result as JSON and leaves."
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.npm import npm_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tests" / "support" / "inspector" / "package.json"
@@ -23,21 +24,7 @@ VERSION = "2.12.0"
 @pytest.fixture(name="inspector", scope="session")
 def inspector_fixture() -> Path:
     """The Inspector's executable, installed from the npm registry (pinned)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed (Debian: apt-get install nodejs npm)")
-    installed = INSTALL / "node_modules" / "@modelcontextprotocol" / "inspector" / "package.json"
-    if not installed.exists() or json.loads(installed.read_text())["version"] != VERSION:
-        INSTALL.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PACKAGE, INSTALL / "package.json")
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=INSTALL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, f"npm install failed:\n{done.stdout}\n{done.stderr}"
-    assert json.loads(installed.read_text())["version"] == VERSION
+    npm_installed(PACKAGE, INSTALL, "@modelcontextprotocol/inspector", VERSION)
     return INSTALL / "node_modules" / ".bin" / "mcp-inspector"
 
 

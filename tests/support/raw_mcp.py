@@ -51,7 +51,11 @@ class RawMCP:
         self._ids += 1
         return self._ids
 
-    def initialize(self) -> httpx2.Response:
+    def initialize(
+        self, capabilities: dict[str, Any] | None = None, name: str = "raw-test"
+    ) -> httpx2.Response:
+        """Open a 2025-11-25 session declaring `capabilities` (none by default), and send
+        `notifications/initialized` on it."""
         response = self.http.post(
             self.url,
             headers={**self.auth, **ACCEPT},
@@ -61,8 +65,8 @@ class RawMCP:
                 "method": "initialize",
                 "params": {
                     "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "1"},
+                    "capabilities": capabilities or {},
+                    "clientInfo": {"name": name, "version": "1"},
                 },
             },
         )

@@ -13,9 +13,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import httpx2
-import uvicorn
 
-from lockgate.simulation.ports import free_port
+from tests.support.asgi_thread import serve_in_thread
 
 #: Headers that describe one hop, never forwarded.
 HOP = frozenset(
@@ -101,19 +100,6 @@ class RunningProxy:
 def serve_proxy(backends: list[str], port: int | None = None) -> Generator[RunningProxy]:
     """Serve a round-robin proxy over `backends` (base URLs) until the generator closes, on
     `port` (the public URL the instances were told) or a free one."""
-    port = port or free_port()
     proxy = RoundRobin(backends)
-    server = uvicorn.Server(
-        uvicorn.Config(proxy, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, name="round-robin", daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the proxy did not start")
-            thread.join(0.01)  # polls uvicorn's own flag; nothing else signals it
-        yield RunningProxy(proxy, f"http://127.0.0.1:{port}")
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    for bound in serve_in_thread(proxy, "round-robin", port):
+        yield RunningProxy(proxy, f"http://127.0.0.1:{bound}")

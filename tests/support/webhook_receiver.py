@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from lockgate.machine.webhook_signing import make_secret
-from lockgate.simulation.ports import free_port
+from tests.support.asgi_thread import serve_in_thread
 
 
 @dataclass
@@ -74,17 +73,6 @@ class RunningReceiver:
 
 def serve_receiver(receiver: Receiver) -> Iterator[RunningReceiver]:
     """Serve `receiver` at http://127.0.0.1:<free port>/hooks until the generator closes."""
-    port = free_port()
     app = Starlette(routes=[Route("/hooks", receiver.hook, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, name="webhook-receiver", daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the webhook receiver did not start")
-            thread.join(0.01)  # polls uvicorn's own flag; nothing else signals it
+    for port in serve_in_thread(app, "webhook-receiver"):
         yield RunningReceiver(receiver, f"http://127.0.0.1:{port}/hooks")
-    finally:
-        server.should_exit = True
-        thread.join(10)
