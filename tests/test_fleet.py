@@ -4,11 +4,17 @@ Several clients (the Python SDK, one session each) execute writes that pause for
 and accept them, while one instance is SIGKILLed under that load. Its sessions keep working
 on the others, its work is recovered by another instance once its lease lapses, and nothing
 is lost or done twice: every write accepted by a completed execution was made exactly once,
-and no execution is left behind."""
+and no execution is left behind.
+
+The kill must find work in flight on the instance it kills, every time: in one round each
+execution, after its write, calls `tools.hold.until_open()` (tests/support/hold_plugin.py),
+which names the instance running it and returns only once the test opens the gate. The
+instance killed is one holding such a call; the gate opens after the kill."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +26,7 @@ from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.db.connect import open_engine
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import InstanceStatus
+from tests.support.hold_plugin import entered, open_gate
 from tests.support.round_robin import RunningProxy, serve_proxy
 from tests.support.servers import (
     Deployment,
@@ -39,17 +46,37 @@ pytestmark = pytest.mark.slow
 
 CLIENTS = 6
 ROUNDS = 4
-#: The instance is killed once this many rounds (of all clients) have completed.
-KILL_AFTER = 6
+#: The round whose executions hold a call in flight until the test, having killed an
+#: instance running one, opens the gate (the rounds before it move sessions around first).
+HOLD_ROUND = 1
 #: Attempts a client makes at one step before the test gives up on it.
 ATTEMPTS = 6
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(name="gate")
+def gate_fixture(tmp_path: Path) -> Path:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    return gate
+
+
 @pytest.fixture(name="instances")
-def instances_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+def instances_fixture(
+    request: pytest.FixtureRequest, tmp_path: Path, gate: Path
+) -> Iterator[Deployment]:
+    sources = tmp_path / "sources.toml"
+    sources.write_text(
+        '[[python]]\nfactory = "tests.support.hold_plugin:make_source"\n'
+        f"options = {{ directory = {json.dumps(str(gate))} }}\n"
+    )
     deployment = make_deployment(
         new_database_url(request, "postgres", tmp_path),
         tmp_path,
+        PYTHONPATH=str(ROOT),  # the servers import the hold source from tests.support
+        LOCKGATE_SOURCES_FILE=str(sources),
         LOCKGATE_LEASE_TTL="1",
         LOCKGATE_HEARTBEAT_INTERVAL="0.2",
         # A broken stream is retried soon (the SDKs wait the server's `retry:` first).
@@ -61,18 +88,12 @@ def instances_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
         deployment.stop_all()
 
 
-#: Iterations the code spins after its write, so executions are running when the kill comes.
-SPIN = 2_000_000
-
-
-def spinning_write(note: str) -> str:
-    """A write that needs approval, then a while of computing: an execution killed in that
-    while is recovered from its checkpoint after the write, which is not made again."""
-    return (
-        f"written = tools.notes.write(key={note!r}, text='v')\n"
-        f"n = 0\nfor i in range({SPIN}):\n    n = n + 1\n"
-        "{'written': written, 'n': n}\n"
-    )
+def a_write(note: str, hold: bool) -> str:
+    """A write that needs approval, then (when `hold`) a call held until the gate opens: an
+    execution killed while holding it is recovered from its checkpoint after the write,
+    which is not made again."""
+    held = "tools.hold.until_open()\n" if hold else ""
+    return f"written = tools.notes.write(key={note!r}, text='v')\n{held}{{'written': written}}\n"
 
 
 class Worker:
@@ -92,7 +113,7 @@ class Worker:
     async def run(self) -> None:
         for round_ in range(ROUNDS):
             note = f"{self.name}-{round_}"
-            call = {"code": spinning_write(note), "idempotencyKey": note}
+            call = {"code": a_write(note, round_ == HOLD_ROUND), "idempotencyKey": note}
             outcome: dict[str, Any] | None = None
             for _ in range(ATTEMPTS):
                 try:
@@ -117,19 +138,19 @@ class Worker:
             self.done.append(1)
 
 
-def running_on(database_url: str, instance: str) -> bool:
-    """Whether the instance named `instance` runs an execution now."""
+def running_on(database_url: str, instance: str) -> set[str]:
+    """The executions the instance named `instance` runs now (by the database)."""
     engine = open_engine(database_url)
     try:
         audit = AuditQueries(engine)
         ids = {i.id for i in audit.instances() if i.name == instance}
-        return any(e.status == E.RUNNING and e.owner in ids for e in audit.executions())
+        return {e.id for e in audit.executions() if e.status == E.RUNNING and e.owner in ids}
     finally:
         engine.dispose()
 
 
 def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
-    instances: Deployment,
+    instances: Deployment, gate: Path
 ) -> None:
     fleet = instances
     servers: list[LockgateServer] = [
@@ -142,21 +163,21 @@ def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
         done: list[int] = []
         workers = [Worker(proxy.url, key, f"w{n}", done) for n in range(CLIENTS)]
 
-        async def load() -> None:
+        async def load() -> tuple[str, set[str]]:
             tasks = [asyncio.create_task(w.run()) for w in workers]
-            while len(done) < KILL_AFTER:
+            while not entered(gate):
                 await asyncio.sleep(0.05)  # polls the workers' progress, nothing else
-            # Killed while it runs an execution, so that work must be recovered elsewhere.
-            for _ in range(400):
-                if await asyncio.to_thread(running_on, fleet.database_url, "fleet-1"):
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                pytest.fail("instance fleet-1 never ran an execution to be killed under")
-            assert await asyncio.to_thread(servers[1].kill) == -signal.SIGKILL
+            # Killed while it holds a call in flight: that work must be recovered elsewhere.
+            victim = entered(gate)[0]
+            server = servers[int(victim.removeprefix("fleet-"))]
+            assert await asyncio.to_thread(server.kill) == -signal.SIGKILL
+            in_flight = await asyncio.to_thread(running_on, fleet.database_url, victim)
+            assert in_flight, f"{victim} was killed holding a call, yet ran nothing"
+            open_gate(gate)
             await asyncio.gather(*tasks)
+            return victim, in_flight
 
-        run(load())
+        victim, in_flight = run(load())
     finally:
         proxies.close()
 
@@ -167,7 +188,7 @@ def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
     for note, outcome in outcomes.items():
         writes = writes_of(fleet, note)
         if outcome["status"] == E.COMPLETED:
-            assert outcome["result"] == {"written": {"key": note, "written": True}, "n": SPIN}
+            assert outcome["result"] == {"written": {"key": note, "written": True}}
             assert len(writes) == 1, (note, writes)
         else:
             # Cut off mid-write by the kill: reported as interrupted, never made twice.
@@ -183,9 +204,11 @@ def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
             e.id for e in audit.executions() if e.status not in (E.COMPLETED, E.INTERRUPTED)
         ]
         assert stranded == []
-        recovered = [t.event for t in audit.transitions() if t.event in ("requeue", "interrupt")]
-        assert recovered, "the killed instance's execution was not recovered by another"
+        recovered = {
+            t.record_id for t in audit.transitions() if t.event in ("requeue", "interrupt")
+        }
+        assert in_flight <= recovered, "the killed instance's work was not recovered by another"
         statuses = {i.name: i.status for i in audit.instances()}
-        assert statuses.get("fleet-1") == InstanceStatus.DEAD, statuses
+        assert statuses.get(victim) == InstanceStatus.DEAD, statuses
     finally:
         engine.dispose()
