@@ -26,6 +26,7 @@ from bench.machine import describe
 from bench.mcp_throughput import mcp_throughput
 from bench.report import render
 from bench.resume import resume_cost
+from bench.session_reads import session_read_cost
 from bench.simulator import simulator_throughput
 
 HERE = Path(__file__).resolve().parent
@@ -132,6 +133,8 @@ def main() -> None:
         results["history"] = history_cost(work / "history", smoke=args.smoke)
         (work / "resume").mkdir()
         results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
+        (work / "session_reads").mkdir()
+        results["session_reads"] = session_read_cost(work / "session_reads", smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))

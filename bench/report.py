@@ -221,6 +221,30 @@ def _history_section(history: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def _session_reads_section(reads: dict[str, Any] | None) -> list[str]:
+    """Case 8: a session request's notices by past incarnations, against one indexed read."""
+    if reads is None:  # a results file from before the case existed
+        return []
+    lines = [
+        "## 8. A session request's notices, by past incarnations (SQLite)",
+        "",
+        "What every POST of a 2025 session reads before it is served (its lost requests and "
+        "expiring approvals, `server/session_notices.py`), in process, averaged over "
+        f"{reads['calls']:,} calls, on a database holding the stopped instance rows shown "
+        "(each start of a server leaves one). The floor: one indexed read of the session's "
+        "row through the same store. Goal: flat in the past incarnations.",
+        "",
+        "| past incarnations | notices per request | one indexed read | notices / read |",
+        "|---|---|---|---|",
+    ]
+    for row in reads["rows"]:
+        lines.append(
+            f"| {row['past_incarnations']:,} | {row['notices_us']} µs | {row['floor_us']} µs | "
+            f"{row['notices_us'] / row['floor_us']:.1f}x |"
+        )
+    return [*lines, ""]
+
+
 def _profiles_section(profiles: dict[str, Any]) -> list[str]:
     """Where the server's CPU goes under case 3's load, one column per profile taken."""
     if not profiles:
@@ -434,6 +458,7 @@ def render(
         *_throughput_section(results.get("mcp")),
         *_history_section(results.get("history")),
         *_resume_section(results.get("resume")),
+        *_session_reads_section(results.get("session_reads")),
         *_profiles_section(profiles or {}),
         *soak_section(soaks or {}),
         *_unmet_section(results),

@@ -158,8 +158,8 @@ class Ledger:
             for row in self._rows(session_id, OwedRequestStatus.LOST)
         ]
 
-    def _rows(self, session_id: str, status: OwedRequestStatus) -> list[OwedRequest]:
-        return self.store.sessions.of_session(session_id, status)
+    def _rows(self, session_id: str, *statuses: OwedRequestStatus) -> list[OwedRequest]:
+        return self.store.sessions.of_session(session_id, *statuses)
 
     def lost_reports(
         self, session_id: str, stream: str | None = None
@@ -167,9 +167,16 @@ class Ledger:
         """Entries of the session to report now, each with its JSON-RPC error body (only the
         request whose response stream is `stream`, when given). Entries still owed by a dead
         incarnation are declared lost first (the GET may arrive before the periodic
-        recovery runs)."""
-        self._lose_orphans(session_id)
-        rows = self._rows(session_id, OwedRequestStatus.LOST)
+        recovery runs).
+
+        Every request of a 2025 session asks (its notices), so the common case is one read
+        of the session's own unsettled entries: which incarnations are dead is asked only
+        when another incarnation holds one of them (every incarnation that ever ran stays a
+        row, and reading them all at every request would cost more with each restart)."""
+        unsettled = self._rows(session_id, OwedRequestStatus.OWED, OwedRequestStatus.LOST)
+        if self._lose(self._orphans_among(unsettled)):
+            unsettled = self._rows(session_id, OwedRequestStatus.LOST)
+        rows = [row for row in unsettled if row.status == OwedRequestStatus.LOST]
         if stream is not None:
             rows = [row for row in rows if str(row.request_id) == stream]
         rows = sorted(rows, key=lambda r: (r.created_at, r.id))[:MAX_REPORTS_PER_RESPONSE]
@@ -188,12 +195,21 @@ class Ledger:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def _lose_orphans(self, session_id: str | None = None) -> int:
+    def _orphans_among(self, rows: list[OwedRequest]) -> list[OwedRequest]:
+        """Those of `rows` still owed by a dead incarnation (which will never answer them)."""
+        held_elsewhere = [
+            row
+            for row in rows
+            if row.status == OwedRequestStatus.OWED and row.incarnation != self.lease.incarnation
+        ]
+        if not held_elsewhere:
+            return []
         dead = self.lease.dead_incarnations()
-        if not dead:
-            return 0
+        return [row for row in held_elsewhere if row.incarnation in dead]
+
+    def _lose(self, orphans: list[OwedRequest]) -> int:
         lost = 0
-        for row in self.store.sessions.owed_by(dead, session_id):
+        for row in orphans:
             try:
                 self.write.apply(Step(_record(row), "lose_in_crash"))
                 lost += 1
@@ -204,7 +220,8 @@ class Ledger:
     def recover(self) -> int:
         """What dead incarnations owed is lost (to be reported on the session's next GET);
         reports of sessions that ended are abandoned. Returns the entries moved."""
-        return self._lose_orphans() + self._abandon_ended()
+        orphans = self._orphans_among(self.store.sessions.all_owed())
+        return self._lose(orphans) + self._abandon_ended()
 
     def _abandon_ended(self) -> int:
         """Lost reports of sessions that ended: nobody can collect them any more. A session

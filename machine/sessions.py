@@ -219,13 +219,17 @@ class Sessions:
     def recover(self) -> int:
         """Sessions left active by a dead incarnation go idle; what it owed is lost (to be
         reported on the session's next GET). Returns the sessions and entries moved."""
-        dead = self.lease.dead_incarnations()
+        elsewhere = [
+            row for row in self.store.sessions.active() if row.incarnation != self.lease.incarnation
+        ]
+        dead = self.lease.dead_incarnations() if elsewhere else set()
         released = 0
-        if dead:
-            for row in self.store.sessions.active_of(dead):
-                try:
-                    self.write.apply(Step(_record(row), "release"))
-                    released += 1
-                except STALE_WRITE:
-                    continue
+        for row in elsewhere:
+            if row.incarnation not in dead:
+                continue
+            try:
+                self.write.apply(Step(_record(row), "release"))
+                released += 1
+            except STALE_WRITE:
+                continue
         return released + self.ledger.recover()

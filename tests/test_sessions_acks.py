@@ -5,7 +5,7 @@ ended) is abandoned, at once or by recovery. On the real store, with a fake cloc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -174,15 +174,15 @@ def test_an_id_another_instance_lost_first_does_not_stop_recovery_losing_the_res
     clock.advance(timedelta(seconds=5))
     alive = make_runtime(clock=clock, instance_name="alive", lease_ttl="60")
     other = make_runtime(clock=clock, instance_name="other", lease_ttl="60")
-    read = alive.engine.store.sessions.owed_by
+    read = alive.engine.store.sessions.all_owed
 
-    def raced(incarnations: Collection[int], session_id: str | None = None) -> list[OwedRequest]:
-        rows = sorted(read(incarnations, session_id), key=lambda r: r.id != owed[0].id)
+    def raced() -> list[OwedRequest]:
+        rows = sorted(read(), key=lambda r: r.id != owed[0].id)
         fresh = other.ledger.get(owed[0].id)
         assert fresh is not None
         other.engine.write.apply(Step(RowRecord.of("owed_request", fresh), "lose_in_crash"))
         return rows  # the first as recovery read it, before the other instance moved it
 
-    monkeypatch.setattr(alive.engine.store.sessions, "owed_by", raced)
+    monkeypatch.setattr(alive.engine.store.sessions, "all_owed", raced)
     assert alive.ledger.recover() == 1
     assert [owed_status(alive, o.id) for o in owed] == ["lost", "lost"]

@@ -140,6 +140,26 @@ def test_a_report_for_one_session_takes_over_only_that_sessions_debts(
     assert [r.id for r, _ in alive.ledger.lost_reports("t")] == [on_t.id]
 
 
+def test_a_request_another_live_instance_still_owes_is_left_to_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    # A session moves between instances: its request in flight on a live one is that one's
+    # to answer, whatever the session's next request on another instance reads; the one a
+    # dead instance owed is reported there.
+    clock = FakeClock()
+    dead = make_runtime(clock=clock, instance_name="dead", lease_ttl="1")
+    opened(dead, "s")
+    orphan = dead.ledger.owe("s", 1, "tools/call", None)
+    clock.advance(timedelta(seconds=5))
+    busy = make_runtime(clock=clock, instance_name="busy", lease_ttl="60")
+    in_flight = busy.ledger.owe("s", 2, "tools/call", None)
+    here = make_runtime(clock=clock, instance_name="here", lease_ttl="60")
+    mine = here.ledger.owe("s", 3, "tools/call", None)
+    assert [r.id for r, _ in here.ledger.lost_reports("s")] == [orphan.id]
+    assert owed_status(here, in_flight.id) == "owed"
+    assert owed_status(here, mine.id) == "owed"
+
+
 def _lost_data_after(runtime: Runtime, session_id: str = "s") -> dict[str, Any]:
     [(_, error)] = runtime.ledger.lost_reports(session_id)
     body: Any = error["error"]

@@ -7,8 +7,6 @@ reports nobody can collect any more).
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from sqlmodel import col, func, select
 
 from lockgate.machine.db.queries import Queries
@@ -52,18 +50,12 @@ class SessionQueries(Queries):
                 s.exec(select(Session).where(col(Session.status).in_(LIVE_SESSION_STATUSES)))
             )
 
-    def active_of(self, incarnations: Collection[int]) -> list[Session]:
-        """Sessions still marked active by one of `incarnations` (dead ones): recovery sends
-        them idle, since nothing serves their requests any more."""
+    def active(self) -> list[Session]:
+        """Sessions marked active (a request in flight on them), on whichever incarnation:
+        recovery sends those of dead ones idle. Not an `IN` over the dead incarnations:
+        those are every start there ever was, past any bound on a statement's parameters."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Session).where(
-                        Session.status == SessionStatus.ACTIVE,
-                        col(Session.incarnation).in_(incarnations),
-                    )
-                )
-            )
+            return list(s.exec(select(Session).where(Session.status == SessionStatus.ACTIVE)))
 
     def owed_here(self, session_id: str, incarnation: int) -> int:
         """How many requests `incarnation` still owes an answer on the session (entries of
@@ -79,33 +71,29 @@ class SessionQueries(Queries):
             ).one()
         return int(count)
 
-    def of_session(self, session_id: str, status: OwedRequestStatus) -> list[OwedRequest]:
-        """The session's ledger entries in `status` (unordered; callers sort what they show):
-        its lost requests to report or abandon, or what is still owed on it (index on
-        `owed_requests.session_id`)."""
+    def of_session(self, session_id: str, *statuses: OwedRequestStatus) -> list[OwedRequest]:
+        """The session's ledger entries in one of `statuses` (unordered; callers sort what
+        they show): its lost requests to report or abandon, what is still owed on it, or
+        both in one read (index on `owed_requests.session_id`)."""
         with self._session() as s:
             return list(
                 s.exec(
                     select(OwedRequest).where(
-                        OwedRequest.session_id == session_id, OwedRequest.status == status
+                        OwedRequest.session_id == session_id,
+                        col(OwedRequest.status).in_([str(status) for status in statuses]),
                     )
                 )
             )
 
-    def owed_by(
-        self, incarnations: Collection[int], session_id: str | None = None
-    ) -> list[OwedRequest]:
-        """Entries still owed by one of `incarnations` (dead ones, which will never answer
-        them), of one session when given: recovery declares them lost (index on
-        `owed_requests.status`, or `owed_requests.session_id` for one session)."""
+    def all_owed(self) -> list[OwedRequest]:
+        """Every entry still owed, whoever owes it: the requests in flight in the whole
+        fleet, which recovery sorts by whether their incarnation is dead (index on
+        `owed_requests.status`). Not an `IN` over the dead incarnations: those are every
+        start there ever was, past any bound on a statement's parameters."""
         with self._session() as s:
-            query = select(OwedRequest).where(
-                OwedRequest.status == OwedRequestStatus.OWED,
-                col(OwedRequest.incarnation).in_(incarnations),
+            return list(
+                s.exec(select(OwedRequest).where(OwedRequest.status == OwedRequestStatus.OWED))
             )
-            if session_id is not None:
-                query = query.where(OwedRequest.session_id == session_id)
-            return list(s.exec(query))
 
     def lost_of_ended_sessions(self) -> list[OwedRequest]:
         """Lost entries whose session is no longer live, so that no GET will ever collect
