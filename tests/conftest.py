@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,10 +85,27 @@ def postgres_template(postgres_server: PostgresServer) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file made once per test process, as `postgres_template` is: each
+    test's database starts as a copy (the migrations themselves are tested in test_store;
+    running all of them again cost most of a short test's setup)."""
+    from lockgate.machine.db.connect import open_engine
+    from lockgate.machine.db.migrate import upgrade
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    engine = open_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()  # the last connection closing checkpoints the WAL into the file
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, migrated database of each kind; a test using it runs on both."""
     if request.param == "sqlite":
+        migrated: Path = request.getfixturevalue("sqlite_template")
+        shutil.copyfile(migrated, tmp_path / "lockgate.db")
         return f"sqlite:///{tmp_path / 'lockgate.db'}"
     server: PostgresServer = request.getfixturevalue("postgres_server")
     template: str = request.getfixturevalue("postgres_template")
