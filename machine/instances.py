@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 
 from lockgate.machine.db.errors import ConstraintViolation
@@ -121,16 +121,21 @@ class InstanceLease:
         """Instances whose lease still holds at `now` (this one included)."""
         return self.store.instances.holding_lease(now or self.clock())
 
-    def dead_incarnations(self) -> set[int]:
-        """Other incarnations that hold no lease any more (stopped, dead, or lapsed): what
-        they owed clients and the sessions they served are for this one to recover."""
+    def dead_among(self, incarnations: Collection[int]) -> set[int]:
+        """Those of `incarnations`, other than this one, that hold no lease any more
+        (stopped, dead, or lapsed): what they owed clients and the sessions they served are
+        for this one to recover. Reads only their rows, and nothing when all are this one's
+        (the common case: it runs at every request of a 2025 session)."""
+        others = set(incarnations) - {self.incarnation}
+        if not others:
+            return set()
         now = self.clock()
         alive = INSTANCE.live_names  # live or draining: its lease still counts
         return {
             lease.incarnation
-            for lease in self.store.instances.leases()
+            for lease in self.store.instances.leases_of(others)
             if lease.status not in alive or lease.lease_until <= now
-        } - {self.incarnation}
+        }
 
     def declare_dead_instances(self, now: datetime | None = None) -> list[str]:
         """Declare dead every instance whose lease lapsed by `now`, and every earlier

@@ -170,9 +170,10 @@ class Ledger:
         recovery runs).
 
         Every request of a 2025 session asks (its notices), so the common case is one read
-        of the session's own unsettled entries: which incarnations are dead is asked only
-        when another incarnation holds one of them (every incarnation that ever ran stays a
-        row, and reading them all at every request would cost more with each restart)."""
+        of the session's own unsettled entries: the leases of the incarnations holding them
+        are read only when another incarnation holds one (every incarnation that ever ran
+        stays a row, and reading them all at every request would cost more with each
+        restart)."""
         unsettled = self._rows(session_id, OwedRequestStatus.OWED, OwedRequestStatus.LOST)
         if self._lose(self._orphans_among(unsettled)):
             unsettled = self._rows(session_id, OwedRequestStatus.LOST)
@@ -197,15 +198,9 @@ class Ledger:
 
     def _orphans_among(self, rows: list[OwedRequest]) -> list[OwedRequest]:
         """Those of `rows` still owed by a dead incarnation (which will never answer them)."""
-        held_elsewhere = [
-            row
-            for row in rows
-            if row.status == OwedRequestStatus.OWED and row.incarnation != self.lease.incarnation
-        ]
-        if not held_elsewhere:
-            return []
-        dead = self.lease.dead_incarnations()
-        return [row for row in held_elsewhere if row.incarnation in dead]
+        owed = [row for row in rows if row.status == OwedRequestStatus.OWED]
+        dead = self.lease.dead_among({row.incarnation for row in owed})
+        return [row for row in owed if row.incarnation in dead]
 
     def _lose(self, orphans: list[OwedRequest]) -> int:
         lost = 0

@@ -219,14 +219,10 @@ class Sessions:
     def recover(self) -> int:
         """Sessions left active by a dead incarnation go idle; what it owed is lost (to be
         reported on the session's next GET). Returns the sessions and entries moved."""
-        elsewhere = [
-            row for row in self.store.sessions.active() if row.incarnation != self.lease.incarnation
-        ]
-        dead = self.lease.dead_incarnations() if elsewhere else set()
+        active = self.store.sessions.active()
+        dead = self.lease.dead_among({row.incarnation for row in active})
         released = 0
-        for row in elsewhere:
-            if row.incarnation not in dead:
-                continue
+        for row in (row for row in active if row.incarnation in dead):
             try:
                 self.write.apply(Step(_record(row), "release"))
                 released += 1

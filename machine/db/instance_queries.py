@@ -7,6 +7,7 @@ is cheap, and none needs more than the indexes on `incarnation` (unique) and `st
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -65,9 +66,15 @@ class InstanceQueries(Queries):
                 )
             )
 
-    def leases(self) -> list[IncarnationLease]:
-        """Every incarnation's status and lease: the session ledger tells from them which
-        incarnations are dead (their sessions and debts are recovery's)."""
+    def leases_of(self, incarnations: Collection[int]) -> list[IncarnationLease]:
+        """The status and lease of each of `incarnations` (those holding an unsettled entry
+        or an active session, a handful): the session ledger tells from them which are dead
+        (their sessions and debts are recovery's). Never every incarnation: each start of a
+        server leaves one row for good (unique index on `incarnation`)."""
         with self._session() as s:
-            rows = s.exec(select(Instance.incarnation, Instance.status, Instance.lease_until))
+            rows = s.exec(
+                select(Instance.incarnation, Instance.status, Instance.lease_until).where(
+                    col(Instance.incarnation).in_(list(incarnations))
+                )
+            )
             return [IncarnationLease(inc, status, until) for inc, status, until in rows]
