@@ -5,13 +5,16 @@ of timing it against code that runs for a while and may finish first.
 The call writes a marker naming the instance that runs it (`entered-<instance>-<n>`) into
 the source's directory, then returns once the test creates the file `open` there. It is
 idempotent and auto-approved: recovery of a killed instance's work goes on from the last
-checkpoint and calls it again, which returns at once once the gate is open."""
+checkpoint and calls it again, which returns at once once the gate is open.
+
+`tests/support/gate_tool.py` is its in-process twin (a `threading.Event` the test sets);
+a `lockgate serve` process shares nothing with the test but files, hence the file."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,12 +56,12 @@ class UntilOpen:
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
         instance = os.environ.get("LOCKGATE_INSTANCE_NAME", "unnamed")
         (self.directory / f"entered-{instance}-{os.getpid()}.{next(_markers)}").touch()
-        waited = threading.Event()
-        for _ in range(int(HOLD_LIMIT_SECS / LOOK_EVERY_SECS)):
-            if (self.directory / "open").exists():
-                return "opened"
-            waited.wait(LOOK_EVERY_SECS)
-        raise RuntimeError("the test never opened the gate")
+        deadline = time.monotonic() + HOLD_LIMIT_SECS
+        while not (self.directory / "open").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test never opened the gate")
+            time.sleep(LOOK_EVERY_SECS)  # polling a file another process creates
+        return "opened"
 
 
 class HoldSource:
