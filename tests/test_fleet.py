@@ -81,6 +81,10 @@ def instances_fixture(
         LOCKGATE_HEARTBEAT_INTERVAL="0.2",
         # A broken stream is retried soon (the SDKs wait the server's `retry:` first).
         LOCKGATE_SSE_RETRY_MS="200",
+        # Every client is one principal, and in the held round all their executions run at
+        # once on whichever instances (the dead one's until its lease lapses): the
+        # per-principal running limit is what this test is not about.
+        LOCKGATE_MAX_RUNNING_PER_PRINCIPAL=str(2 * CLIENTS),
     )
     try:
         yield deployment
