@@ -1,5 +1,6 @@
 """Every decision on a gated call is an audit record: who decided (the door, the actor, the
-client), what exactly (the tool, a digest of the exact arguments journaled for the call),
+person when one decided, the client), what exactly (the tool, a digest of the exact
+arguments journaled for the call),
 under which policy (a digest of the rules that applied to the execution's principal), when,
 and until when the approval could have been given.
 
@@ -28,8 +29,10 @@ class Door(StrEnum):
     RESUME = "resume"
     #: `POST /api/executions/{id}/resume` with the principal's API key.
     HTTP_API = "http_api"
-    #: The approval page, through its single-use link.
+    #: The approval page, by a signed-in approver.
     APPROVAL_PAGE = "approval_page"
+    #: The approvals inbox, by a signed-in approver.
+    INBOX = "inbox"
     #: The client's own prompt to its person (MCP elicitation, approval mode `native`).
     CLIENT_PROMPT = "client_prompt"
     #: `tasks/update` or `tasks/cancel` of the tasks extension (the client's person).
@@ -39,12 +42,36 @@ class Door(StrEnum):
 
 
 @dataclass(frozen=True)
+class PersonRef:
+    """A person as an audit record names them: where they signed in, who, and how."""
+
+    issuer: str
+    subject: str
+    name: str
+    email: str | None
+    #: `oidc` or `passkey`.
+    signed_in_with: str
+
+    def as_json(self) -> dict[str, JsonValue]:
+        return {
+            "issuer": self.issuer,
+            "subject": self.subject,
+            "name": self.name,
+            "email": self.email,
+            "signedInWith": self.signed_in_with,
+        }
+
+
+@dataclass(frozen=True)
 class Decider:
-    """Who decided, through which door, with which client (its name and version)."""
+    """Who decided, through which door, with which client (its name and version); the
+    signed-in person, when a person decided (None: the model, a client's prompt, the
+    server)."""
 
     door: Door
     actor: str
     client: dict[str, JsonValue] | None = field(default=None)
+    person: PersonRef | None = field(default=None)
 
     @classmethod
     def of_server(cls) -> Decider:
@@ -79,6 +106,7 @@ def decision_record(
         "door": decider.door.value,
         "actor": decider.actor,
         "client": decider.client,
+        "person": decider.person.as_json() if decider.person is not None else None,
         "argumentsDigest": arguments_digest(arguments),
         "policyRevision": policy_revision(policy),
         "decidedAt": decided_at.isoformat(),
@@ -107,6 +135,7 @@ def exported(
         "door": record.get("door"),
         "actor": record.get("actor"),
         "client": record.get("client"),
+        "person": record.get("person"),
         "argumentsDigest": record.get("argumentsDigest"),
         "policyRevision": record.get("policyRevision"),
         "decidedAt": record.get("decidedAt") or (decided_at.isoformat() if decided_at else None),

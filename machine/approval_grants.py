@@ -83,6 +83,8 @@ def covering(
             "door": "grant",
             "actor": f"the grant given with call {seq}",
             "client": None,
+            # The person who gave the grant, as that decision's record names them.
+            "person": decision.get("person"),
             "coveredBy": seq,
             "argumentsDigest": arguments_digest(arguments),
             "policyRevision": policy_revision(policy),

@@ -141,6 +141,19 @@ class MachineBindings:
         return Bindings(frozenset(self.guards), frozenset(self.effects))
 
 
+def _lifetime_over(f: Facts) -> bool:
+    expires = f.record.get("expires_at")
+    return isinstance(expires, datetime) and f.now >= expires
+
+
+def _record_end(f: Facts) -> dict[str, object]:
+    return {"ended_at": f.now}
+
+
+def _record_use(f: Facts) -> dict[str, object]:
+    return {"used_at": f.now}
+
+
 BINDINGS: Mapping[str, MachineBindings] = {
     "execution": MachineBindings(
         guards={"deadline_passed": _deadline_passed, "must_interrupt": _must_interrupt},
@@ -186,6 +199,14 @@ BINDINGS: Mapping[str, MachineBindings] = {
             "schedule_retry": _schedule_retry,
             "record_failure": _record_failure,
         },
+    ),
+    "approver_session": MachineBindings(
+        guards={"lifetime_over": _lifetime_over},
+        effects={"record_end": _record_end},
+    ),
+    "enrolment": MachineBindings(
+        guards={"lifetime_over": _lifetime_over},
+        effects={"record_use": _record_use},
     ),
 }
 

@@ -61,7 +61,7 @@ from lockgate.machine.tools.registry import (
     make_idempotency_key,
 )
 from lockgate.machine.tools.spec import Namespace
-from lockgate.machine.values import limit_size, to_json
+from lockgate.machine.values import json_size, limit_size, to_json
 from lockgate.machine.webhooks import WebhookOutbox
 from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
@@ -184,6 +184,11 @@ class Dispatcher:
                     ),
                 )
             return self.advance(ex, record_of(existing), suspended.snapshot, carried)
+        too_large = self._arguments_too_large(tool.spec.call_name, arguments)
+        if too_large is not None:
+            # Before anything is journaled or a person asked: nobody approves what they
+            # cannot read, and a paused call's arguments are stored with it.
+            return self.resume_sandbox(ex, suspended.snapshot, too_large)
         now = self.clock()
         row = ToolCall(
             id=call_id,
@@ -293,6 +298,20 @@ class Dispatcher:
         """The tools `principal`'s code finds (None: the sandbox's own, every principal's)."""
         registry = self.sources.registry_for(principal)
         return None if registry is self.sources.base else registry.frozen_namespace()
+
+    def _arguments_too_large(self, call_name: str, arguments: JsonValue) -> Raised | None:
+        """The error for arguments over LOCKGATE_MAX_CALL_ARGUMENT_BYTES, or None."""
+        size = json_size(arguments)
+        limit = self.settings.max_call_argument_bytes
+        if size <= limit:
+            return None
+        return Raised(
+            "ValueError",
+            f"The arguments of {call_name} are {size} bytes of JSON, over the limit of "
+            f"{limit} bytes for one call (LOCKGATE_MAX_CALL_ARGUMENT_BYTES): a person must "
+            "be able to read everything they approve. Send less in one call (split the "
+            "data over several calls, or pass a reference to it).",
+        )
 
     def _cover(self, ex: ExecutionRecord, row: ToolCall) -> dict[str, JsonValue] | None:
         """The record of an earlier grant that approves this call instead of a person."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import JsonValue
@@ -28,7 +28,7 @@ from lockgate.machine.approval_audit import Decider, decision_record
 from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.schema import Execution
-from lockgate.machine.db.store import SqlStore, StoreWrite
+from lockgate.machine.db.store import SqlStore
 from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
 from lockgate.machine.driver import Abandon, Driver
 from lockgate.machine.errors import Conflict, GuardRefused, IllegalTransition
@@ -242,7 +242,6 @@ class Engine:
         content: JsonValue = None,
         *,
         expected_call: int | None = None,
-        writes: Sequence[StoreWrite] = (),
         decided_by: Decider | None = None,
     ) -> ExecutionView:
         """Apply a person's decision to a paused execution and run it on. The decision is
@@ -251,11 +250,9 @@ class Engine:
 
         Repeating the decision that settled it returns the same outcome; any other attempt
         on an execution that is no longer waiting is `already_settled`. With
-        `expected_call`, the decision applies only to that call (an approval link decides
-        the call it was made for, never a later one): the check and the decision are one
-        transaction, since the decision is conditional on the row's version. `writes`
-        commit in the decision's transaction (an approval link used up by it); with them, a
-        repeat is `already_settled` too, since they were not made."""
+        `expected_call`, the decision applies only to that call (a person decides the call
+        they were shown, never a later one): the check and the decision are one
+        transaction, since the decision is conditional on the row's version."""
         row = self.reads.owned(execution_id, principal_id)
         row = self._expire_if_due(row)
         if (
@@ -301,7 +298,6 @@ class Engine:
                         {"decision": decision, "deadline": row.deadline},
                     ),
                     Step(ex, "resume", {"owner": self.owner}),
-                    writes=writes,
                 )
             except (Conflict, GuardRefused, IllegalTransition):
                 # Lost the race (our read was stale by the time we wrote): see who won.
@@ -311,9 +307,9 @@ class Engine:
                     ex, lambda: (self.dispatcher.advance(ex, call, snapshot), call_row.seq)
                 )
                 return self.view(execution_id)
-        return self._settled(row, action, repeat=not writes)
+        return self._settled(row, action)
 
-    def _settled(self, row: Execution, action: Action, *, repeat: bool = True) -> ExecutionView:
+    def _settled(self, row: Execution, action: Action) -> ExecutionView:
         if row.status == E.EXPIRED:
             raise ExecutionExpired(
                 execution_id=row.id, deadline=row.deadline.isoformat() if row.deadline else None
@@ -324,7 +320,7 @@ class Engine:
         decision = call.decision if call is not None else None
         decided = decision.get("action") if isinstance(decision, dict) else None
         terminal = row.status not in EXECUTION.live_names
-        if decided == action and terminal and repeat:
+        if decided == action and terminal:
             return self.view(row.id)  # the same decision again: the same settled outcome
         detail = f"a decision was already recorded ({decided})" if decided else "it is not paused"
         raise ExecutionAlreadySettled(execution_id=row.id, status=row.status, detail=detail)

@@ -22,6 +22,7 @@ from lockgate.machine.engine import Engine
 from lockgate.machine.faults import Faults, for_server
 from lockgate.machine.instances import InstanceLease
 from lockgate.machine.ledger import Ledger
+from lockgate.machine.people import People
 from lockgate.machine.policy import Policy
 from lockgate.machine.policy_book import PolicyBook
 from lockgate.machine.recovery import Recovery, RecoveryReport
@@ -124,6 +125,8 @@ class Runtime:
     registry: ToolRegistry
     sessions: Sessions
     ledger: Ledger
+    #: People who approve: approvers, enrolment links, signed-in sessions.
+    people: People
     boot_report: RecoveryReport | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -230,12 +233,13 @@ class Runtime:
             registry=registry,
             sessions=sessions,
             ledger=ledger,
+            people=People(store=store, write=write, settings=settings, clock=clock),
         )
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:
         """One maintenance round: renew the lease, recover dead instances' work and (with
-        `sweep`) expire overdue approvals. Never runs agent code, so the heartbeat is never
-        late."""
+        `sweep`) expire overdue approvals, approver sessions and enrolment links. Never runs
+        agent code, so the heartbeat is never late."""
         if not self.lease.heartbeat():
             self.fenced.set()
             log.error("this instance was declared dead by another; it stops working")
@@ -245,6 +249,7 @@ class Runtime:
         if sweep:
             self.engine.expire_due()
             self.engine.webhooks.warn_due()
+            self.people.expire_due()
             self.sessions.sweep()
         return report
 

@@ -12,19 +12,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
 
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.settings_approvers import ApproverSettings
+from lockgate.machine.settings_webhooks import WebhookSettings
 
-#: The shortest accepted link-signing key: 32 random characters carry 128 bits or more (even
+#: The shortest accepted signing key: 32 random characters carry 128 bits or more (even
 #: as hex digits), beyond guessing; a shorter one is more likely a password or a typo.
 MIN_SIGNING_KEY_CHARS = 32
 #: How an operator makes one (what the refusals say).
+#: Addresses whose links say `localhost` (WebAuthn refuses an IP address as its party).
+LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "localhost"})
 MAKE_A_SIGNING_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
-class Settings(BaseSettings):
+class Settings(ApproverSettings, WebhookSettings):
     model_config = SettingsConfigDict(
         env_prefix="LOCKGATE_",
         # An optional file of the same variables (KEY=value lines); the environment wins.
@@ -150,32 +154,12 @@ class Settings(BaseSettings):
         description="Sources one principal may add for itself (tools.lockgate.add_*_source); "
         "the operator's global ones do not count.",
     )
-    webhook_url: str = Field(
-        default="",
-        description="An endpoint POSTed a signed event (Standard Webhooks: webhook-id, "
-        "webhook-timestamp, webhook-signature headers) when a call needs approval and before "
-        "an approval expires, retried with backoff from a durable outbox. Unset: no events.",
-    )
-    webhook_secret: SecretStr | None = Field(
-        default=None,
-        description="The webhook signing secret(s), `whsec_<base64>`, comma-separated: each "
-        "signs (send both while a receiver rotates). Required with LOCKGATE_WEBHOOK_URL. Make "
-        "one with `lockgate webhook secret`.",
-    )
-    webhook_timeout: timedelta = Field(
-        default=timedelta(seconds=10), description="A webhook attempt's bound."
-    )
-    webhook_retry_base: timedelta = Field(
-        default=timedelta(seconds=2),
-        description="The first retry's delay; each next one doubles, up to an hour.",
-    )
-    webhook_max_attempts: int = Field(
-        default=16, ge=1, description="Attempts before an event is abandoned."
-    )
-    approval_warning: timedelta = Field(
-        default=timedelta(minutes=15),
-        description="How long before an approval expires its warning goes out (a webhook "
-        "event). 0: no warning.",
+    max_call_argument_bytes: int = Field(
+        default=256 * 1024,
+        ge=1024,
+        description="The largest arguments of one tool call, as JSON bytes, checked before "
+        "the call is journaled (the code gets a ValueError beyond it): a person must be able "
+        "to read all of what they approve.",
     )
     host: str = Field(
         default="127.0.0.1",
@@ -185,8 +169,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535, description="Port `lockgate serve` binds.")
     public_url: str = Field(
         default="",
-        description="The URL clients and approvers reach this server at (approval links are "
-        "built from it). Default: http://<host>:<port>.",
+        description="The URL clients and approvers reach this server at (approval and "
+        "enrolment links are built from it; https makes the sign-in cookie Secure, and its "
+        "host is the passkeys' relying party). Default: http://<host>:<port>, with "
+        "`localhost` for a loopback address.",
     )
     secrets_key: SecretStr | None = Field(
         default=None,
@@ -198,12 +184,12 @@ class Settings(BaseSettings):
     )
     signing_keys: SecretStr | None = Field(
         default=None,
-        description="The secrets approval links are signed with, comma-separated, each at "
-        "least 32 characters, the same on every instance: the first signs, all verify (to "
-        "rotate, put the new key first and drop the old one once its links have expired, "
-        "after LOCKGATE_APPROVAL_TTL). The database holds no secret that opens a link. "
-        "Unset: on SQLite, a key file next to the database file (`<database>.key`, mode 0600) "
-        "is created and reused; on PostgreSQL, the server refuses to start.",
+        description="The secrets that seal a 2026-07-28 client's input_required state (so "
+        "its retry works on any instance, after any restart), comma-separated, each at least "
+        "32 characters, the same on every instance: the first seals, all open (to rotate, "
+        "put the new key first and drop the old one after LOCKGATE_APPROVAL_TTL). Unset: on "
+        "SQLite, a key file next to the database file (`<database>.key`, mode 0600) is "
+        "created and reused; on PostgreSQL, the server refuses to start.",
     )
     wait_budget_secs: float = Field(
         default=25.0,
@@ -369,6 +355,8 @@ class Settings(BaseSettings):
         "webhook_timeout",
         "webhook_retry_base",
         "approval_warning",
+        "approver_session_ttl",
+        "enrolment_ttl",
         mode="before",
     )
     @classmethod
@@ -397,15 +385,6 @@ class Settings(BaseSettings):
                 )
         return value
 
-    @model_validator(mode="after")
-    def _webhook_signed(self) -> Settings:
-        """Events only ever go out signed, each secret a Standard Webhooks one (the
-        messages never show a secret)."""
-        from lockgate.machine.webhook_signing import check_webhook_settings
-
-        check_webhook_settings(self.webhook_url, self.webhook_secret)
-        return self
-
     @field_validator("approval_modes")
     @classmethod
     def _known_modes(cls, text: str) -> str:
@@ -430,11 +409,19 @@ class Settings(BaseSettings):
 
     @property
     def signing_secrets(self) -> tuple[bytes, ...]:
-        """The configured link-signing keys, the signing one first; () when unset."""
+        """The configured signing keys, the sealing one first; () when unset."""
         if self.signing_keys is None:
             return ()
         return tuple(k.strip().encode() for k in self.signing_keys.get_secret_value().split(","))
 
     @property
     def base_url(self) -> str:
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+        """Where links point: the public URL, else this server's own address, named
+        `localhost` when it is a loopback one (a passkey needs a host name, not an IP)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "localhost" if self.host in LOOPBACK_ADDRESSES else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+

@@ -10,7 +10,10 @@ from lockgate.machine.settings import Settings
 def reference_table() -> str:
     """The Markdown reference of every setting, generated from this model (README embeds it)."""
     rows = ["| environment variable | default | what it does |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
+    # The main model's own settings first, then those of its parts (webhooks, approvers).
+    own = set(Settings.__annotations__)
+    ordered = sorted(Settings.model_fields.items(), key=lambda item: item[0] not in own)
+    for name, field in ordered:
         variable = "DATABASE_URL" if name == "database_url" else f"LOCKGATE_{name.upper()}"
         default = field.default
         if isinstance(default, timedelta):

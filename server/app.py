@@ -24,9 +24,9 @@ from starlette.routing import Route
 
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
+from lockgate.server.approval_access import ApprovalAccess
 from lockgate.server.approval_inbox import ApprovalInbox
 from lockgate.server.approval_page import ApprovalSurface
-from lockgate.server.approval_tokens import ApprovalTokens, LinkKeys, link_keys
 from lockgate.server.auth import (
     ASGIApp,
     BearerAuth,
@@ -49,9 +49,12 @@ from lockgate.server.operations import (
     operations_routes,
 )
 from lockgate.server.owed_response import DrainSignal
+from lockgate.server.person_session import PersonAuth
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.session_gate import SessionGate
 from lockgate.server.session_notices import SessionNotices
+from lockgate.server.sign_in_routes import SignInRoutes
+from lockgate.server.signing_keys import SigningKeys, signing_keys
 
 log = logging.getLogger("lockgate.server")
 
@@ -85,8 +88,8 @@ class WhenReady:
 
 
 ROUTES_HINT = (
-    "The MCP endpoint is /mcp; approval links are /approve/<token>; health is /healthz, "
-    "/readyz and /metrics."
+    "The MCP endpoint is /mcp; approval pages are /approve/<execution>/<call> and the inbox "
+    "/approvals (for people who sign in at /signin); health is /healthz, /readyz and /metrics."
 )
 
 
@@ -124,20 +127,21 @@ async def no_route(request: Request, exc: Exception) -> Response:
 def create_app(
     settings: Settings | None = None,
     runtime: Runtime | None = None,
-    signing: LinkKeys | None = None,
+    signing: SigningKeys | None = None,
 ) -> Starlette:
-    """The application; `signing` as `link_keys(settings)` finds them when not given (which
-    refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
+    """The application; `signing` as `signing_keys(settings)` finds them when not given
+    (which refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
     settings = settings or Settings()
-    # Before the runtime: a server that cannot sign links must not start anything.
-    signing = signing or link_keys(settings)
+    # Before the runtime: a server that cannot seal state must not start anything.
+    signing = signing or signing_keys(settings)
     runtime = runtime or Runtime.create(settings)
     keys = ApiKeys(runtime.engine.store)
     runner = ExecutionRunner(runtime)
     rate = RequestRate(settings.max_requests_per_minute)
-    tokens = ApprovalTokens(runtime.engine.store, keys, signing)
-    log.info("approval links are signed with %s", signing.origin)
-    approvals = ApprovalSurface(runtime, runner, keys, tokens, rate=rate)
+    log.info("state for clients' retries is sealed with %s", signing.origin)
+    access = ApprovalAccess(runtime, keys, rate)
+    people = PersonAuth(runtime.people, settings)
+    approvals = ApprovalSurface(runtime, runner, access, people)
     mcp = LockgateMCP(
         runner, runtime.catalog.book, approvals, settings.max_code_chars, signing.keys
     )
@@ -203,6 +207,7 @@ def create_app(
             ),
             *approvals.routes(),
             *ApprovalInbox(approvals).routes(),
+            *SignInRoutes(runtime.people, people, access).routes(),
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
         ],
         lifespan=lifespan,
@@ -210,11 +215,14 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.drain = drain
-    app.state.approval_tokens = tokens
-    # Outermost: no route reads more than the body limit, and the approval page and API
-    # answer only to this server's own names (/mcp is checked by the SDK itself).
+    # Outermost: no route reads more than the body limit, and the people's pages and the
+    # API answer only to this server's own names (/mcp is checked by the SDK itself).
     # (Starlette runs the middleware added last first.)
-    app.add_middleware(HostAllowlist, security=security, prefixes=("/approve", "/api/"))
+    app.add_middleware(
+        HostAllowlist,
+        security=security,
+        prefixes=("/approve", "/api/", "/signin", "/signout", "/enrol/"),
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(TimedRequests, metrics=metrics)
     return app

@@ -13,7 +13,6 @@ from starlette.responses import JSONResponse
 
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.views import ExecutionView
-from lockgate.server.approval_tokens import TokenRefused
 
 #: Characters of the code shown on the page and in the API.
 CODE_EXCERPT_CHARS = 2000
@@ -28,17 +27,8 @@ STATUS_OF: dict[ErrorCode, int] = {
     ErrorCode.INVALID_INPUT: 400,
     ErrorCode.LIMIT_REACHED: 429,
 }
-#: A refused token: used or expired links are gone for good; an unknown (or foreign) one
-#: is simply not a credential for this execution.
-TOKEN_STATUS: dict[str, int] = {"used": 410, "expired": 410, "unknown": 403, "revoked": 403}
-
-TOKEN_HINT = (
-    "Approval links work once, for one tool call, until it expires. Ask the agent's client "
-    "for a new link, or use an API key."
-)
-
 #: Sent with every answer: nothing here may be cached, framed (clickjacking an Approve
-#: button) or leak the token-bearing URL through a Referer.
+#: button) or leak its URL through a Referer.
 NO_STORE = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -63,13 +53,6 @@ class Refusal(Exception):
         self.headers = headers or {}
 
 
-def token_refusal(exc: TokenRefused) -> Refusal:
-    """A refused approval token as the API answers it: one code per reason, one hint."""
-    return Refusal(
-        TOKEN_STATUS.get(exc.reason, 403), "token_" + exc.reason, exc.message, TOKEN_HINT
-    )
-
-
 def problem(
     status: int,
     code: str,
@@ -88,8 +71,6 @@ def refused(exc: Refusal) -> JSONResponse:
 
 
 def from_error(exc: LockgateError) -> JSONResponse:
-    if isinstance(exc, TokenRefused):
-        return refused(token_refusal(exc))
     return problem(STATUS_OF.get(exc.code, 400), str(exc.code), exc.message, exc.hint)
 
 

@@ -1,32 +1,38 @@
-"""The approvals inbox: every call waiting for the signed-in principal's decision, newest
-first, with what it is (tool, arguments, a code excerpt, who asked, time left), approvable or
-declinable from the list; and the decisions made lately (from their audit records).
+"""The approvals inbox, for a signed-in person: every call waiting on the decision of the
+principals they approve for, newest first, and the decisions made lately.
 
-`GET /api/approvals` answers it as JSON to a Bearer key. `GET /approvals` is the page: the
-person gives the key once (kept in the page's memory only, never a cookie), and each
-decision goes through the call's own single-use approval link, as on the approval page, so
-it is recorded as the page's and decides exactly the call listed.
+`GET /api/approvals` answers it as JSON and `GET /approvals` is the page; both only to a
+signed-in approver (an API key gets a refusal in words: nothing a key can read carries
+anything that decides). A call whose arguments and code are short enough is shown whole
+and decided from the list, with the digest of what was shown; a longer one is decided on
+its own page, which shows everything.
 """
 
 from __future__ import annotations
 
-import secrets
+import json
 from typing import Any
+from urllib.parse import quote
 
 from anyio import to_thread
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from lockgate.machine.approval_audit import exported
 from lockgate.machine.errors import LockgateError
-from lockgate.server.approval_answers import NO_STORE, Refusal, from_error, public_view, refused
-from lockgate.server.approval_html import document, html_response
+from lockgate.machine.people import SignedIn
+from lockgate.server.approval_answers import NO_STORE, Refusal, from_error, refused
 from lockgate.server.approval_page import ApprovalSurface
+from lockgate.server.call_shown import call_shown, page_url
+from lockgate.server.pages import render
+from lockgate.server.person_session import csrf_token
 
 #: The most waiting calls, and decided ones, one answer lists.
 LISTED = 100
 DECIDED = 20
+#: Arguments and code up to this size are shown whole in the list (and decided there).
+SHOWN_WHOLE_BYTES = 16 * 1024
 
 
 class ApprovalInbox:
@@ -34,24 +40,36 @@ class ApprovalInbox:
         self.approvals = approvals
         self.runtime = approvals.runtime
 
-    def listing(self, principal: str) -> dict[str, Any]:
-        """What waits for `principal`'s decision, and what it decided lately."""
+    def listing(self, person: SignedIn) -> dict[str, Any]:
+        """What waits for `person`'s decision, and what was decided lately."""
         engine = self.runtime.engine
         store = engine.store
+        principals = self.runtime.people.principals_of(person.approver.id)
+        base = self.runtime.settings.base_url
         waiting: list[dict[str, Any]] = []
-        for execution_id in store.inbox.waiting_ids(principal, LISTED):
+        for execution_id, principal in store.inbox.waiting(principals, LISTED):
             try:
                 view = engine.get(execution_id, principal)  # expires it when overdue
             except LockgateError:
                 continue
             if view.pending is None:
                 continue  # decided or expired since it was listed
-            url = self.approvals.approval_url(view)
-            row = store.executions.get(execution_id)
-            shown = public_view(view, row.code if row is not None else "")
-            shown["approvalUrl"] = url
-            shown["token"] = url.rsplit("/", 1)[1] if url else None
-            waiting.append(shown)
+            shown = call_shown(store, execution_id, view.pending.seq)
+            if shown is None or not shown.waiting:
+                continue
+            size = len(json.dumps(shown.arguments, ensure_ascii=False).encode()) + len(
+                shown.code.encode("utf-8", "surrogatepass")
+            )
+            whole = size <= SHOWN_WHOLE_BYTES
+            item = shown.as_json()
+            if not whole:
+                item.pop("arguments")
+                item.pop("code")
+                item.pop("digest")
+            item["shownWhole"] = whole
+            item["pageUrl"] = page_url(base, execution_id, shown.call)
+            item["decideUrl"] = f"/api/approvals/{quote(execution_id)}/{shown.call}"
+            waiting.append(item)
         decided = [
             exported(
                 execution_id=call.execution_id,
@@ -61,129 +79,52 @@ class ApprovalInbox:
                 decision=call.decision,
                 decided_at=call.decided_at,
             )
-            for call, owner in store.audit_export.recent(principal, DECIDED)
+            for call, owner in store.audit_export.recent(principals, DECIDED)
         ]
-        return {"principal": principal, "waiting": waiting, "decided": decided}
+        return {
+            "approver": person.approver.name,
+            "principals": principals if principals is not None else "*",
+            "waiting": waiting,
+            "decided": decided,
+        }
 
     async def _api(self, request: Request) -> Response:
         try:
-            if request.headers.get("x-approval-token"):
-                raise Refusal(
-                    401,
-                    "unauthorized",
-                    "The inbox lists a principal's approvals: send its API key "
-                    "(Authorization: Bearer ...), not an approval link's token.",
-                )
-            principal = await self.approvals.access.key_principal(request)
-            body = await to_thread.run_sync(self.listing, principal)
+            self.approvals.access.refuse_link_tokens(request)
+            person = await self.approvals.people.require(request)
+            body = await to_thread.run_sync(self.listing, person)
         except Refusal as exc:
             return refused(exc)
         except LockgateError as exc:
             return from_error(exc)
         return JSONResponse(body, headers=NO_STORE)
 
+    async def _page(self, request: Request) -> Response:
+        auth = self.approvals.people
+        person = await auth.signed_in(request)
+        if person is None:
+            return RedirectResponse("/signin?next=%2Fapprovals", status_code=303)
+        principals = await to_thread.run_sync(self.runtime.people.principals_of, person.approver.id)
+        scope = "every principal" if principals is None else ", ".join(principals) or "nobody"
+        csrf = csrf_token(auth.cookie(request) or "")
+        return render(
+            200,
+            "inbox.html",
+            title="Approvals",
+            scope=scope,
+            data={"csrf": csrf},
+            person=person,
+            csrf=csrf,
+        )
+
     def routes(self) -> list[Route]:
         async def api(request: Request) -> Response:
             return await self._api(request)
 
         async def page(request: Request) -> Response:
-            return inbox_page()
+            return await self._page(request)
 
         return [
             Route("/api/approvals", api, methods=["GET"]),
             Route("/approvals", page, methods=["GET"]),
         ]
-
-
-def inbox_page() -> HTMLResponse:
-    nonce = secrets.token_urlsafe(16)
-    body = f"""
-<h1>Approvals</h1>
-<p class="lead">Calls your agents' code waits on, newest first. Each runs only if you approve
-it; declined, the code is told the call was refused.</p>
-<form id="signin"><label>API key <input id="key" type="password" autocomplete="off"
- required></label> <button id="open" type="submit">Open</button></form>
-<p id="status" role="status" aria-live="polite"></p>
-<section id="waiting"></section>
-<h2>Decided lately</h2>
-<ul id="decided"></ul>
-<script nonce="{nonce}">{_SCRIPT}</script>"""
-    return html_response(200, document("Approvals", body, nonce), nonce)
-
-
-_SCRIPT = """
-let key = "";
-const status = document.getElementById("status");
-const waiting = document.getElementById("waiting");
-const decided = document.getElementById("decided");
-function el(tag, text, cls) {
-  const e = document.createElement(tag);
-  if (text !== undefined) e.textContent = text;
-  if (cls) e.className = cls;
-  return e;
-}
-function left(iso) {
-  const ms = Date.parse(iso) - Date.now();
-  if (!(ms > 0)) return "expired";
-  const mins = Math.floor(ms / 60000);
-  return mins >= 60 ? `${Math.floor(mins / 60)} h ${mins % 60} min left` : `${mins} min left`;
-}
-async function load() {
-  status.textContent = "Loading…";
-  let r, body;
-  try {
-    r = await fetch("/api/approvals", {headers: {Authorization: `Bearer ${key}`},
-                                       credentials: "omit"});
-    body = await r.json();
-  } catch (e) {
-    status.textContent = "The server could not be reached; try again.";
-    return;
-  }
-  if (!r.ok) {
-    status.textContent = body.error.message;
-    return;
-  }
-  status.textContent = `${body.waiting.length} waiting for ${body.principal}.`;
-  waiting.replaceChildren();
-  for (const item of body.waiting) {
-    const card = el("article", undefined, "call");
-    card.dataset.execution = item.executionId;
-    card.append(el("h3", item.tool, "tool"));
-    card.append(el("pre", JSON.stringify(item.argsPreview, null, 2), "args"));
-    card.append(el("p", `Asked by ${item.requestedBy} · ${left(item.expiresAt)}`, "muted"));
-    card.append(el("pre", item.code, "code"));
-    const yes = el("button", "Approve", "approve");
-    const no = el("button", "Decline", "decline");
-    yes.addEventListener("click", () => decide(item, "accept", card));
-    no.addEventListener("click", () => decide(item, "decline", card));
-    const actions = el("div", undefined, "actions");
-    actions.append(yes, no);
-    card.append(actions);
-    waiting.append(card);
-  }
-  decided.replaceChildren();
-  for (const d of body.decided) {
-    decided.append(el("li", `${d.decidedAt} ${d.action} ${d.tool} (${d.door})`, "past"));
-  }
-}
-async function decide(item, action, card) {
-  for (const b of card.querySelectorAll("button")) b.disabled = true;
-  const r = await fetch(`/api/executions/${encodeURIComponent(item.executionId)}/resume`, {
-    method: "POST",
-    headers: {"Content-Type": "application/json", "X-Approval-Token": item.token},
-    body: JSON.stringify({action}),
-    credentials: "omit",
-  });
-  const body = await r.json();
-  const verb = action === "accept" ? "Approved" : "Declined";
-  const said = r.ok ? `${verb}: the execution is ${body.status}.` : body.error.message;
-  status.textContent = said;
-  await load();
-  status.textContent = said + " " + status.textContent;
-}
-document.getElementById("signin").addEventListener("submit", (e) => {
-  e.preventDefault();
-  key = document.getElementById("key").value;
-  load();
-});
-"""

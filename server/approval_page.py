@@ -1,41 +1,42 @@
-"""The browser approval: a page at the approval URL and the small REST API behind it.
+"""The approval page, and the HTTP API behind it and beside it.
 
-The approval URL carries a single-use token, `<id>-<mac>`, bound to one paused call and
-signed with a server key (`server.approval_tokens`: nothing in the database opens it). The
-page's POST sends the token in a custom header with a JSON body, which a cross-site form
-cannot do (and a cross-site script cannot without a CORS preflight we never grant); an
-Origin header, when present, must be this server's. The API also accepts a principal's Bearer key.
+- `GET /approve/{execution}/{call}`: the page a waiting answer's `approvalUrl` names. It
+  authorises nothing: without a signed-in approver of the call's principal it asks the
+  person to sign in (or says they do not approve for that principal); with one, it shows
+  the call whole (every argument, the code) and its digest.
+- `GET|POST /api/approvals/{execution}/{call}`: the call as the page shows it, and the
+  person's decision (JSON, CSRF token, the digest of what was shown). Only a signed-in
+  person; never a key or a link.
+- `GET /api/executions/{id}` and `POST /api/executions/{id}/resume`: the principal's own
+  execution, with its API key: read it, decline or cancel its call; accept only in approval
+  mode `model`.
 
-A token decides only the call it was minted for: once that call is settled (or the
-execution moved on to another call) the link is refused, even if it was never used. Every
-refusal is a JSON problem (API) or a short HTML page (browser), never a stack trace.
-
-This module is the routes and what they decide; who may act, and which requests are taken,
-is `server.approval_access`; the JSON answers are `server.approval_answers`, the HTML ones
-`server.approval_html`.
+Every decision goes through the one decision entry (`server/decisions.py`); every refusal
+is a JSON problem (API) or a short page (browser), never a stack trace.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable
 from typing import Literal
+from urllib.parse import quote
 
 from anyio import to_thread
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from lockgate.machine.approval_audit import Decider
-from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, accept_refused
-from lockgate.machine.db.approval_token_queries import ApprovalTokenUsed
-from lockgate.machine.db.schema import ApprovalToken
+from lockgate.machine.approval_audit import Door
+from lockgate.machine.approval_modes import ApprovalModes
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.people import SignedIn
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
-from lockgate.server.approval_access import TOKEN_HEADER, ApprovalAccess
+from lockgate.server.approval_access import ApprovalAccess
 from lockgate.server.approval_answers import (
     NO_STORE,
     Refusal,
@@ -44,16 +45,10 @@ from lockgate.server.approval_answers import (
     public_view,
     refused,
 )
-from lockgate.server.approval_html import (
-    approval_page,
-    failure_notice,
-    settled_notice,
-    token_notice,
-)
-from lockgate.server.approval_tokens import USED, ApprovalTokens, TokenRefused
-from lockgate.server.auth import RequestRate, current_key_id
-from lockgate.server.deciders import by_key, by_link
-from lockgate.server.keys import ApiKeys
+from lockgate.server.call_shown import CallShown, call_shown, page_url
+from lockgate.server.decisions import Agent, Decision, Decisions, Person
+from lockgate.server.pages import expiry_text, failure_notice, notice, render, settled_notice
+from lockgate.server.person_session import PersonAuth, csrf_token
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.shapes import Running
 
@@ -66,54 +61,65 @@ class ResumeBody(BaseModel):
     content: JsonValue = None
 
 
+class PersonDecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["accept", "decline"]
+    #: The digest of the call as the page showed it (sha256, hex).
+    digest: str | None = Field(default=None, min_length=64, max_length=64)
+    #: For code that calls the tool in a loop: `{"calls": N}` or `{"untilEnd": true}`.
+    grant: JsonValue = None
+    #: Where the person decided, for the audit record.
+    door: Literal["page", "inbox"] = "page"
+
+
+async def answer(work: Awaitable[Response]) -> Response:
+    """Every refusal as a JSON problem; anything unexpected logged, never shown."""
+    try:
+        return await work
+    except Refusal as exc:
+        return refused(exc)
+    except LockgateError as exc:
+        return from_error(exc)
+    except Exception:
+        log.exception("the approval API failed")
+        return problem(500, "internal_error", "The server failed to handle this request; retry.")
+
+
 class ApprovalSurface:
     def __init__(
         self,
         runtime: Runtime,
         runner: ExecutionRunner,
-        keys: ApiKeys,
-        tokens: ApprovalTokens,
-        *,
-        rate: RequestRate | None = None,
+        access: ApprovalAccess,
+        people: PersonAuth,
     ) -> None:
-        self.runtime, self.runner, self.tokens = runtime, runner, tokens
-        self.access = ApprovalAccess(runtime, keys, tokens, rate)
+        self.runtime, self.runner, self.access, self.people = runtime, runner, access, people
         settings = runtime.settings
         self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
+        self.decisions = Decisions(runner, runtime.people, self.approval_url)
 
     def approval_url(self, view: ExecutionView) -> str | None:
-        """The link for the call a paused execution waits on: minted the first time an
-        answer shows the call, the same link in every answer after (`ApprovalTokens.link`).
-        It expires with the call's deadline, the expiry the page shows."""
-        if view.pending is None or view.pending.deadline is None:
+        """The page of the call a paused execution waits on (it names the call, and
+        authorises nothing)."""
+        if view.pending is None:
             return None
-        token = self.tokens.link(
-            view.id,
-            view.pending.seq,
-            view.principal_id,
-            view.pending.deadline,
-            key_id=current_key_id.get(),
-            now=self.access.now(),
-        )
-        return f"{self.runtime.settings.base_url}/approve/{token}"
+        return page_url(self.runtime.settings.base_url, view.id, view.pending.seq)
 
     def _code(self, execution_id: str) -> str:
         row = self.runtime.engine.store.executions.get(execution_id)
         return row.code if row is not None else ""
 
+    # -- the principal's key --------------------------------------------------------------
+
     async def _get(self, execution_id: str, request: Request) -> Response:
-        principal, token_row = await self.access.authorize(request, execution_id)
-        if token_row is not None:
-            # A link reads the execution only while its call waits for a decision; after
-            # that, what the code did is for the principal's key to see, not the link's.
-            await to_thread.run_sync(self.access.still_pending, token_row)
+        principal = await self.access.key_principal(request)
         view = await to_thread.run_sync(self.runtime.engine.get, execution_id, principal)
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(view, code), headers=NO_STORE)
 
     async def _resume(self, execution_id: str, request: Request) -> Response:
-        self.access.check_decision(request)
-        principal, token_row = await self.access.authorize(request, execution_id)
+        self.access.check_json(request)
+        principal = await self.access.key_principal(request)
         try:
             body = ResumeBody.model_validate_json(await self.access.read_body(request))
         except ValidationError:
@@ -122,27 +128,11 @@ class ApprovalSurface:
                 "invalid_input",
                 'The body must be {"action": "accept" | "decline" | "cancel"}.',
             ) from None
-        if token_row is None and body.action == "accept":
-            # The key is the agent's credential: where a person must accept, it cannot.
-            mode = self.modes.for_principal(principal)
-            if mode is not ApprovalMode.MODEL:
-                refusal = accept_refused(mode, None)
-                raise Refusal(403, "forbidden", refusal.message, refusal.hint)
-        if token_row is None:
-            outcome = await self.runner.resume(
-                principal,
-                execution_id,
-                Action(body.action),
-                body.content,
-                decided_by=by_key(principal),
-            )
-        else:
-            outcome = await self._decide_by_link(
-                token_row,
-                request.headers.get(TOKEN_HEADER, ""),
-                body,
-                by_link(token_row.principal_id),
-            )
+        who = Agent(principal, Door.HTTP_API, self.modes.for_principal(principal))
+        decision = Decision(execution_id, Action(body.action), content=body.content)
+        return await self._outcome(execution_id, await self.decisions.decide(who, decision))
+
+    async def _outcome(self, execution_id: str, outcome: ExecutionView | Running) -> Response:
         if isinstance(outcome, Running):
             return JSONResponse(
                 {"executionId": execution_id, "status": "running"}, headers=NO_STORE
@@ -150,102 +140,135 @@ class ApprovalSurface:
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(outcome, code), headers=NO_STORE)
 
-    async def decide_with_token(
-        self,
-        token: str,
-        principal: str,
-        action: Action,
-        decided_by: Decider,
-        content: JsonValue = None,
-    ) -> ExecutionView | Running:
-        """Decide the call an approval link was made for, as the page does (once only), for
-        a door that carries the link's token itself (a 2026-07-28 client's retry)."""
-        row = await to_thread.run_sync(self.access.check, token, None)
-        if row.principal_id != principal:
-            raise TokenRefused("unknown", "This approval belongs to someone else.")
-        body = ResumeBody(action=action.value, content=content)
-        return await self._decide_by_link(row, token, body, decided_by)
+    # -- a signed-in person ---------------------------------------------------------------
 
-    async def _decide_by_link(
-        self, row: ApprovalToken, token: str, body: ResumeBody, decided_by: Decider
-    ) -> ExecutionView | Running:
-        """Decide the link's call, using the link up in the decision's own transaction:
-        a crash before that commits leaves both undone (the link still works), and of two
-        clicks only one decides (the other is told the link was used)."""
-        try:
-            await to_thread.run_sync(self.access.still_pending, row)
-            return await self.runner.resume(
-                row.principal_id,
-                row.execution_id,
-                Action(body.action),
-                body.content,
-                expected_call=row.call_seq,
-                writes=[self.tokens.use(row, now=self.access.now())],
-                decided_by=decided_by,
+    async def shown_to(self, person: SignedIn, execution_id: str, call: int) -> CallShown:
+        """The call as `person` may see it (expired first when overdue), or the refusal."""
+        store = self.runtime.engine.store
+        shown = await to_thread.run_sync(call_shown, store, execution_id, call)
+        if shown is None:
+            raise Refusal(404, "not_found", f"No call {call} of execution {execution_id[:64]}.")
+        approver = person.approver
+        if not await to_thread.run_sync(
+            self.runtime.people.may_decide, approver.id, shown.principal
+        ):
+            raise Refusal(
+                403,
+                "forbidden",
+                f"{approver.name} does not approve calls of {shown.principal}.",
+                "Ask the operator: lockgate approvers add ... --principal " + shown.principal,
             )
-        except ApprovalTokenUsed:
-            raise TokenRefused("used", USED) from None
-        except (Refusal, LockgateError):
-            # Refused for another reason, e.g. the call was settled meanwhile: if that was
-            # another click with this same link, what the approver needs to hear is that
-            # the link was used.
-            await to_thread.run_sync(self._refuse_if_used, token, row.execution_id)
-            raise
+        if shown.waiting:
+            # Reading it through the engine expires it when its deadline has passed.
+            await to_thread.run_sync(self.runtime.engine.get, execution_id, shown.principal)
+            shown = await to_thread.run_sync(call_shown, store, execution_id, call) or shown
+        return shown
 
-    def _refuse_if_used(self, token: str, execution_id: str) -> None:
-        try:
-            self.access.check(token, execution_id)
-        except TokenRefused as exc:
-            if exc.reason == "used":
-                raise
-        # Any other state of the link leaves the first refusal to stand.
+    async def _person_get(self, execution_id: str, call: int, request: Request) -> Response:
+        self.access.refuse_link_tokens(request)
+        person = await self.people.require(request)
+        shown = await self.shown_to(person, execution_id, call)
+        return JSONResponse(shown.as_json(), headers=NO_STORE)
 
-    async def _page(self, token: str) -> HTMLResponse:
+    async def _person_decide(self, execution_id: str, call: int, request: Request) -> Response:
+        self.access.refuse_link_tokens(request)
+        person = await self.people.require(request)
+        self.people.check_posted(request)
         try:
-            row = await to_thread.run_sync(self.access.check, token, None)
-        except TokenRefused as exc:
-            return token_notice(exc.reason)
+            body = PersonDecisionBody.model_validate_json(await self.access.read_body(request))
+        except ValidationError:
+            raise Refusal(
+                400,
+                "invalid_input",
+                'The body must be {"action": "accept" | "decline", "digest": "<the digest the '
+                'page shows>"} (and optionally "grant": {"calls": N} or {"untilEnd": true}).',
+            ) from None
+        door = Door.INBOX if body.door == "inbox" else Door.APPROVAL_PAGE
+        decision = Decision(
+            execution_id,
+            Action(body.action),
+            call=call,
+            content={"grant": body.grant} if body.grant is not None else None,
+            shown=body.digest,
+        )
+        outcome = await self.decisions.decide(Person(person, door), decision)
+        return await self._outcome(execution_id, outcome)
+
+    async def _page(self, execution_id: str, call: int, request: Request) -> Response:
+        person = await self.people.signed_in(request)
+        here = f"/approve/{quote(execution_id)}/{call}"
+        if person is None:
+            return RedirectResponse(f"/signin?next={quote(here, safe='')}", status_code=303)
+        csrf = csrf_token(self.people.cookie(request) or "")
         try:
-            view = await to_thread.run_sync(
-                self.runtime.engine.get, row.execution_id, row.principal_id
+            shown = await self.shown_to(person, execution_id, call)
+        except Refusal as exc:
+            return notice(
+                exc.status,
+                "You cannot decide this call" if exc.status == 403 else "No such call",
+                exc.message,
+                exc.hint or "Check the link.",
+                link=("/approvals", "Open your approvals"),
+                person=person,
+                csrf=csrf,
             )
-        except LockgateError:
-            return token_notice("unknown")
-        if view.pending is None or view.pending.seq != row.call_seq:
-            return settled_notice(view.status)
-        code = await to_thread.run_sync(self._code, row.execution_id)
-        return approval_page(public_view(view, code), token)
+        if not shown.waiting:
+            view = await to_thread.run_sync(self.runtime.engine.view, execution_id)
+            return settled_notice(str(view.status), person=person, csrf=csrf)
+        arguments = json.dumps(shown.arguments, indent=2, ensure_ascii=False)
+        data = {
+            **shown.as_json(),
+            "csrf": csrf,
+            "decideUrl": f"/api/approvals/{quote(execution_id)}/{call}",
+        }
+        return render(
+            200,
+            "approve.html",
+            title=f"Approve tools.{shown.tool}?",
+            call=shown.as_json(),
+            arguments=arguments,
+            arguments_bytes=len(json.dumps(shown.arguments, ensure_ascii=False).encode()),
+            expires_text=expiry_text(shown.expires_at),
+            data=data,
+            person=person,
+            csrf=csrf,
+        )
 
     def routes(self) -> list[Route]:
-        async def answer(work: Awaitable[Response]) -> Response:
-            """Every refusal as a JSON problem; anything unexpected logged, never shown."""
-            try:
-                return await work
-            except Refusal as exc:
-                return refused(exc)
-            except LockgateError as exc:
-                return from_error(exc)
-            except Exception:
-                log.exception("the approval API failed")
-                return problem(
-                    500, "internal_error", "The server failed to handle this request; retry."
-                )
-
         async def get_execution(request: Request) -> Response:
             return await answer(self._get(request.path_params["execution_id"], request))
 
         async def resume(request: Request) -> Response:
             return await answer(self._resume(request.path_params["execution_id"], request))
 
+        async def person_call(request: Request) -> Response:
+            eid, call = request.path_params["execution_id"], request.path_params["call"]
+            if request.method == "POST":
+                return await answer(self._person_decide(eid, call, request))
+            return await answer(self._person_get(eid, call, request))
+
         async def page(request: Request) -> Response:
             try:
-                return await self._page(request.path_params["token"])
+                return await self._page(
+                    request.path_params["execution_id"], request.path_params["call"], request
+                )
             except Exception:
                 log.exception("the approval page failed")
                 return failure_notice()
 
+        async def old_link(request: Request) -> Response:
+            return notice(
+                404,
+                "This approval link is from an earlier version",
+                "Approval links no longer carry a credential; this one names no call.",
+                "Sign in and open your approvals to find the call.",
+                link=("/approvals", "Open your approvals"),
+            )
+
         return [
             Route("/api/executions/{execution_id}", get_execution, methods=["GET"]),
             Route("/api/executions/{execution_id}/resume", resume, methods=["POST"]),
-            Route("/approve/{token}", page, methods=["GET"]),
+            Route("/api/approvals/{execution_id}/{call:int}", person_call, methods=["GET", "POST"]),
+            Route("/approve/{execution_id}/{call:int}", page, methods=["GET"]),
+            Route("/approve/{token}", old_link, methods=["GET"]),
         ]

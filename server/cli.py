@@ -18,6 +18,7 @@ import typer
 from lockgate.machine.bindings import binding_names
 from lockgate.server.cli_admin import audit_app, keys_app, policy_app, secrets_app
 from lockgate.server.cli_admin import fail as _fail
+from lockgate.server.cli_approvers import approvers_app, enrolment_text
 from lockgate.server.cli_sources import sources_app
 from lockgate.server.cli_webhooks import webhook_app
 from lockgate.spec import COMPOSITIONS, MACHINES, SpecInvalid, every_crash_point, load
@@ -200,6 +201,7 @@ app.add_typer(secrets_app, name="secrets")
 app.add_typer(sources_app, name="sources")
 app.add_typer(audit_app, name="audit")
 app.add_typer(webhook_app, name="webhook")
+app.add_typer(approvers_app, name="approvers")
 
 
 def is_loopback(host: str) -> bool:
@@ -239,8 +241,8 @@ def run_server(
     from lockgate.machine.db.migrate import DatabaseNotMigrated
     from lockgate.machine.settings import Settings
     from lockgate.machine.tools.errors import InvalidToolSource
-    from lockgate.server.approval_tokens import SigningKeyFileInvalid, SigningKeysMissing, link_keys
     from lockgate.server.operations import configure_logging
+    from lockgate.server.signing_keys import SigningKeyFileInvalid, SigningKeysMissing, signing_keys
 
     overrides: dict[str, Any] = {}
     if host is not None:
@@ -256,9 +258,9 @@ def run_server(
     except DatabaseNotMigrated as exc:
         raise _fail(str(exc), 2) from None
     try:
-        # Before anything is created (an API key, the runtime): a server that cannot sign
-        # approval links the way its other instances do must not start at all.
-        signing = link_keys(settings)
+        # Before anything is created (an API key, the runtime): a server that cannot seal
+        # state the way its other instances do must not start at all.
+        signing = signing_keys(settings)
     except (SigningKeysMissing, SigningKeyFileInvalid) as exc:
         raise _fail(str(exc), 2) from None
     created = None
@@ -291,13 +293,28 @@ def run_server(
         raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
     url = f"{settings.base_url}/mcp"
     typer.echo(f"Lockgate MCP server: {url}")
+    people = application.state.runtime.people
     if created is not None:
         typer.echo(
             f"Created an API key for principal 'local' (shown once):\n  {created.secret}\n"
             f"Connect a client with the header  Authorization: Bearer {created.secret}"
         )
+        if not people.rows.count():
+            # The person who approves the agent's calls is not the key: on a first start,
+            # an approver for 'local', who registers a passkey with a link shown here only.
+            approver = people.add("Local operator", principals=["local"])
+            link = people.issue_enrolment(approver.id)
+            typer.echo(
+                "A person approves the agent's calls, not its key. "
+                + enrolment_text(settings.base_url, link.token, link.expires_at)
+            )
     else:
         typer.echo("Connect with  Authorization: Bearer <API key>  (`lockgate keys create`).")
+    if not people.rows.count():
+        typer.echo(
+            "No approver exists: no call can be approved outside approval mode `model`. Add "
+            "one: lockgate approvers add NAME --principal PRINCIPAL"
+        )
     drain = application.state.drain
     draining_runtime = application.state.runtime
 

@@ -3,7 +3,7 @@
 A stateless request has no channel for the server to ask the client anything, so a request
 that meets a paused call (in approval mode `native`, from a client that declared
 elicitation) answers `input_required` with one elicitation for the person, and a
-`requestState` naming the call's approval link. The client asks its person and sends the
+`requestState` naming the execution and the call. The client asks its person and sends the
 same request again with the answer (`inputResponses`) and the state.
 
 The state refers to the durable execution, not to anything in this process: the retry works
@@ -11,22 +11,27 @@ on any instance, after any restart. It is sealed by the SDK's `RequestStateBound
 (AES-GCM under the approval-link signing keys, which every instance shares and which rotate
 with them), bound to the request (method, tool, arguments) and to the principal, and expires
 with the approval: a tampered, foreign or expired state is refused by the SDK with -32602. The
-link it names is single-use, as on the page: a replayed retry is refused in words (`used`).
+decision applies to the call the state names and to no later one, once: a replayed retry
+decides nothing again and gets where the execution got to.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 from anyio import to_thread
 from mcp.server import ServerRequestContext
 
+from lockgate.machine.approval_audit import Door
+from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.engine import Action
+from lockgate.machine.execution_errors import ExecutionAlreadySettled
 from lockgate.machine.views import ExecutionView
-from lockgate.server.approval_page import ApprovalSurface
-from lockgate.server.deciders import by_client_prompt
+from lockgate.server.deciders import client_of
+from lockgate.server.decisions import ClientPrompt, Decision, Decisions
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.shapes import Running
 
@@ -37,8 +42,8 @@ STATELESS = "2026-07-28"
 
 
 class InputRequiredDoor:
-    def __init__(self, approvals: ApprovalSurface) -> None:
-        self.approvals = approvals
+    def __init__(self, decisions: Decisions, page: Callable[[ExecutionView], str | None]) -> None:
+        self.decisions, self.page = decisions, page
 
     @staticmethod
     def applies(ctx: ServerRequestContext[Any]) -> bool:
@@ -51,16 +56,15 @@ class InputRequiredDoor:
         )
 
     async def ask(self, view: ExecutionView) -> types.InputRequiredResult | None:
-        """The `input_required` answer for the call `view` waits on (None: no link to name)."""
-        url = await to_thread.run_sync(self.approvals.approval_url, view)
-        if url is None:
+        """The `input_required` answer for the call `view` waits on (None: none waits)."""
+        if view.pending is None:
             return None
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
-                message=prompt(view), requested_schema=DECISION_FORM
+                message=prompt(view, self.page(view)), requested_schema=DECISION_FORM
             )
         )
-        state = {"executionId": view.id, "link": url.rsplit("/", 1)[1]}
+        state = {"executionId": view.id, "call": view.pending.seq}
         return types.InputRequiredResult(
             input_requests={APPROVAL: request}, request_state=json.dumps(state)
         )
@@ -75,15 +79,23 @@ class InputRequiredDoor:
         execution got to. A dismissed prompt decides nothing."""
         assert params.request_state is not None  # unsealed by the SDK's boundary
         state = json.loads(params.request_state)
+        execution_id = str(state["executionId"])
         response = (params.input_responses or {}).get(APPROVAL)
         if isinstance(response, types.ElicitResult) and response.action in ("accept", "decline"):
             action = Action.ACCEPT if response.action == "accept" else Action.DECLINE
-            return await self.approvals.decide_with_token(
-                str(state["link"]),
-                principal,
-                action,
-                by_client_prompt(ctx, principal),
-                granted(response) if action is Action.ACCEPT else None,
-            )
-        engine = self.approvals.runtime.engine
-        return await to_thread.run_sync(engine.get, str(state["executionId"]), principal)
+            try:
+                return await self.decisions.decide(
+                    ClientPrompt(
+                        principal, Door.CLIENT_PROMPT, ApprovalMode.NATIVE, client_of(ctx)
+                    ),
+                    Decision(
+                        execution_id,
+                        action,
+                        call=int(state["call"]),
+                        content=granted(response) if action is Action.ACCEPT else None,
+                    ),
+                )
+            except ExecutionAlreadySettled:
+                pass  # decided before (this very retry, replayed): nothing is decided again
+        engine = self.decisions.runner.runtime.engine
+        return await to_thread.run_sync(engine.get, execution_id, principal)

@@ -20,12 +20,12 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import (
     QUERY_PARAMETER,
     ApprovalMode,
     ApprovalModes,
     InvalidApprovalMode,
-    accept_refused,
 )
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
@@ -35,7 +35,8 @@ from lockgate.machine.source_book import SourceBook
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
-from lockgate.server.deciders import by_resume
+from lockgate.server.deciders import client_of
+from lockgate.server.decisions import Agent, Decision
 from lockgate.server.input_required import APPROVAL, InputRequiredDoor
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
@@ -114,14 +115,16 @@ class LockgateMCP:
         self.policy = runner.runtime.engine.policy
         #: (ExecutionView) -> approval URL for its pending call.
         self.approval_url = approvals.approval_url
+        #: The one decision entry, for every door here.
+        self.decisions = approvals.decisions
         self.max_code_chars = max_code_chars
         settings = runner.runtime.settings
         #: Who may accept a gated call, per principal and connection.
         self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
         #: In `native` mode: the client's own prompt to its person (2025 sessions).
-        self.native = NativeDoor(runner)
+        self.native = NativeDoor(runner, self.decisions)
         #: In `native` mode on 2026-07-28: the person's answer comes with the client's retry.
-        self.input_required = InputRequiredDoor(approvals)
+        self.input_required = InputRequiredDoor(self.decisions, self.approval_url)
         self.server: Server[Any] = Server(
             "lockgate", version="0.1.0", on_list_tools=self.list_tools
         )
@@ -129,7 +132,7 @@ class LockgateMCP:
         # result shape of the tasks extension the SDK's typed callback does not name.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
         #: The tasks extension: `execute` as a durable task, polled with tasks/get.
-        self.tasks = Tasks(runner, self.modes, self.approval_url)
+        self.tasks = Tasks(runner, self.modes, self.approval_url, self.decisions)
         self.tasks.install(self.server)
         # Seals the retry's `requestState` under keys every instance shares, bound to the
         # request and the principal, for as long as an approval can wait.
@@ -167,13 +170,8 @@ class LockgateMCP:
     ) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
             return shapes.running(outcome.execution_id)
-        # Only a paused execution's answer carries a link (minting one reads and writes the
-        # database, so it runs in a worker thread); every other answer has none to ask for.
-        url = (
-            await to_thread.run_sync(self.approval_url, outcome)
-            if outcome.pending is not None
-            else None
-        )
+        # Only a paused execution's answer names its call's page.
+        url = self.approval_url(outcome) if outcome.pending is not None else None
         return shapes.execution(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
 
     async def _finish(
@@ -199,14 +197,6 @@ class LockgateMCP:
                 if asked is not None:
                     return asked
         return await self._shape(outcome, mode)
-
-    async def _refuse_accept(self, principal: str, execution_id: str, mode: ApprovalMode) -> None:
-        """Raise the refusal of the model's own accept, with the page to send the person
-        to; an execution with no call waiting gets resume's own answer instead."""
-        view = await to_thread.run_sync(self.runner.runtime.engine.get, execution_id, principal)
-        if view.pending is not None:
-            url = await to_thread.run_sync(self.approval_url, view)
-            raise accept_refused(mode, url)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -262,14 +252,9 @@ class LockgateMCP:
                 if resume.action is None:
                     outcome = await self.runner.wait(principal, resume.execution_id)
                     return await self._finish(ctx, principal, outcome, mode)
-                if resume.action == "accept" and mode is not ApprovalMode.MODEL:
-                    await self._refuse_accept(principal, resume.execution_id, mode)
-                outcome = await self.runner.resume(
-                    principal,
-                    resume.execution_id,
-                    Action(resume.action),
-                    resume.content,
-                    decided_by=by_resume(ctx, principal),
+                outcome = await self.decisions.decide(
+                    Agent(principal, Door.RESUME, mode, client_of(ctx)),
+                    Decision(resume.execution_id, Action(resume.action), content=resume.content),
                 )
                 return await self._finish(ctx, principal, outcome, mode)
             if params.name == "describe_tools":

@@ -27,9 +27,12 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from pydantic import JsonValue
 
+from lockgate.machine.approval_audit import Door
+from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.engine import Action
 from lockgate.machine.views import ExecutionView
-from lockgate.server.deciders import by_client_prompt
+from lockgate.server.deciders import client_of
+from lockgate.server.decisions import ClientPrompt, Decision, Decisions
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.shapes import Running
 
@@ -40,6 +43,9 @@ log = logging.getLogger("lockgate.mcp")
 MAX_ASKED = 20
 #: How often a URL-mode request looks for the decision made on the page (a read of one row).
 PAGE_POLL_SECONDS = 0.25
+#: The most characters of the arguments a prompt quotes: a client shows its person a short
+#: message, so a longer call is cut there, says so, and names its page (which shows it all).
+PROMPT_ARGUMENT_CHARS = 2000
 #: What the form asks for besides the decision: optionally, how many more calls of the same
 #: tool in the execution the approval also covers (`machine/approval_grants.py`).
 GRANT_FIELD = "alsoApproveNext"
@@ -68,8 +74,9 @@ def granted(answer: types.ElicitResult | dict[str, Any]) -> JsonValue:
     return None
 
 
-def prompt(view: ExecutionView) -> str:
-    """What the person reads: the call, its arguments, whose code asks, until when."""
+def prompt(view: ExecutionView, page: str | None) -> str:
+    """What the person reads: the call, its arguments, whose code asks, until when. Arguments
+    longer than a prompt holds are cut, and the prompt says so and names the call's page."""
     pending = view.pending
     assert pending is not None
     expires = (
@@ -77,7 +84,16 @@ def prompt(view: ExecutionView) -> str:
         if (pending.deadline)
         else ""
     )
-    arguments = json.dumps(pending.arguments_preview, ensure_ascii=False)[:2000]
+    arguments = json.dumps(pending.arguments_preview, ensure_ascii=False)
+    cut = len(arguments) > PROMPT_ARGUMENT_CHARS or (
+        isinstance(pending.arguments_preview, dict) and pending.arguments_preview.get("truncated")
+    )
+    if cut:
+        where = f" at {page}" if page else " on its approval page"
+        arguments = (
+            arguments[:PROMPT_ARGUMENT_CHARS] + f" … [CUT: the arguments are longer than this "
+            f"prompt shows; read them all{where} before you accept]"
+        )
     return (
         f"Approve a call of tools.{pending.tool} with {arguments}? It was asked by code "
         f"running for {view.principal_id} (execution {view.id}).{expires} Accept makes the "
@@ -89,9 +105,10 @@ class NativeDoor:
     def __init__(
         self,
         runner: ExecutionRunner,
+        decisions: Decisions,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.runner, self.clock = runner, clock
+        self.runner, self.decisions, self.clock = runner, decisions, clock
 
     @staticmethod
     def can_ask(ctx: ServerRequestContext[Any]) -> bool:
@@ -131,7 +148,7 @@ class NativeDoor:
             if by_url:
                 decided = await self._ask_on_page(ctx, principal, outcome, page)
             else:
-                decided = await self._ask_in_form(ctx, principal, outcome)
+                decided = await self._ask_in_form(ctx, principal, outcome, page)
             if decided is None:
                 return outcome  # unanswered: paused as it was, for the other doors
             outcome = decided
@@ -148,14 +165,14 @@ class NativeDoor:
         there (any door, really: the page, the inbox, a `resume` from elsewhere) ends the
         wait, and the client is told the elicitation is complete."""
         assert view.pending is not None
-        url = await anyio.to_thread.run_sync(page, view)
+        url = page(view)
         if url is None:
             return None
         elicitation = f"{view.id}:{view.pending.seq}"
         try:
             with anyio.fail_after(self._seconds_left(view)):
                 answer = await ctx.session.elicit_url(
-                    prompt(view), url, elicitation, related_request_id=ctx.request_id
+                    prompt(view, url), url, elicitation, related_request_id=ctx.request_id
                 )
                 if answer.action != "accept":
                     return None  # the person would not open the page: nobody decided
@@ -186,13 +203,17 @@ class NativeDoor:
         return max(0.0, (deadline - self.clock()).total_seconds())
 
     async def _ask_in_form(
-        self, ctx: ServerRequestContext[Any], principal: str, view: ExecutionView
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        view: ExecutionView,
+        page: Callable[[ExecutionView], str | None],
     ) -> ExecutionView | Running | None:
         assert view.pending is not None
         try:
             with anyio.fail_after(self._seconds_left(view)):
                 answer = await ctx.session.elicit_form(
-                    prompt(view), DECISION_FORM, related_request_id=ctx.request_id
+                    prompt(view, page(view)), DECISION_FORM, related_request_id=ctx.request_id
                 )
         except Exception as exc:  # gone, refused or too late: the execution stays paused
             log.info("execution %s: the client's prompt got no answer (%s)", view.id, exc)
@@ -203,11 +224,12 @@ class NativeDoor:
             action = Action.DECLINE
         else:  # dismissed: nobody decided
             return None
-        return await self.runner.resume(
-            principal,
-            view.id,
-            action,
-            granted(answer) if action is Action.ACCEPT else None,
-            expected_call=view.pending.seq,
-            decided_by=by_client_prompt(ctx, principal),
+        return await self.decisions.decide(
+            ClientPrompt(principal, Door.CLIENT_PROMPT, ApprovalMode.NATIVE, client_of(ctx)),
+            Decision(
+                view.id,
+                action,
+                call=view.pending.seq,
+                content=granted(answer) if action is Action.ACCEPT else None,
+            ),
         )

@@ -21,7 +21,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -29,7 +29,6 @@ from anyio import to_thread
 from pydantic import JsonValue
 
 from lockgate.machine.approval_audit import Decider
-from lockgate.machine.db.store import StoreWrite
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import LimitReached
 from lockgate.machine.execution_reads import AlreadyStarted
@@ -236,7 +235,6 @@ class ExecutionRunner:
         content: JsonValue,
         *,
         expected_call: int | None = None,
-        writes: Sequence[StoreWrite] = (),
         decided_by: Decider | None = None,
     ) -> ExecutionView | Running:
         engine = self.runtime.engine
@@ -248,7 +246,6 @@ class ExecutionRunner:
                 action,
                 content,
                 expected_call=expected_call,
-                writes=writes,
                 decided_by=decided_by,
             ),
             execution_id,

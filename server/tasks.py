@@ -32,7 +32,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
-from lockgate.machine.approval_audit import Decider, Door
+from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
@@ -40,6 +40,7 @@ from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
+from lockgate.server.decisions import ClientPrompt, Decision, Decisions
 from lockgate.server.input_required import STATELESS
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.runner import ExecutionRunner
@@ -89,8 +90,15 @@ def _key(view: ExecutionView) -> str:
 
 
 class Tasks:
-    def __init__(self, runner: ExecutionRunner, modes: ApprovalModes, approval_url: Any) -> None:
+    def __init__(
+        self,
+        runner: ExecutionRunner,
+        modes: ApprovalModes,
+        approval_url: Any,
+        decisions: Decisions,
+    ) -> None:
         self.runner, self.modes, self.approval_url = runner, modes, approval_url
+        self.decisions = decisions
         self.ttl: timedelta = runner.runtime.settings.task_ttl
 
     def install(self, server: Server[Any]) -> None:
@@ -162,14 +170,14 @@ class Tasks:
         if status is TaskStatus.INPUT_REQUIRED:
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
-                    message=prompt(view), requested_schema=DECISION_FORM
+                    message=prompt(view, self.approval_url(view)), requested_schema=DECISION_FORM
                 )
             )
             task["inputRequests"] = {
                 _key(view): request.model_dump(by_alias=True, mode="json", exclude_none=True)
             }
         elif status is TaskStatus.COMPLETED:
-            url = await to_thread.run_sync(self.approval_url, view) if view.pending else None
+            url = self.approval_url(view) if view.pending else None
             answer = shapes.execution(view, url, model_accepts=mode is ApprovalMode.MODEL)
             task["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
         return {"resultType": "complete", **task}
@@ -184,18 +192,17 @@ class Tasks:
         answer = params.input_responses.get(_key(view))
         action = answer.get("action") if isinstance(answer, dict) else None
         if isinstance(answer, dict) and action in ("accept", "decline"):
-            decider = Decider(
-                Door.TASK, f"the person at {view.principal_id}'s client", client_of(ctx)
-            )
+            who = ClientPrompt(view.principal_id, Door.TASK, mode, client_of(ctx))
             # Decided meanwhile through another door: the task shows what happened.
             with contextlib.suppress(LockgateError):
-                await self.runner.resume(
-                    view.principal_id,
-                    view.id,
-                    Action.ACCEPT if action == "accept" else Action.DECLINE,
-                    granted(answer) if action == "accept" else None,
-                    expected_call=view.pending.seq,
-                    decided_by=decider,
+                await self.decisions.decide(
+                    who,
+                    Decision(
+                        view.id,
+                        Action.ACCEPT if action == "accept" else Action.DECLINE,
+                        call=view.pending.seq,
+                        content=granted(answer) if action == "accept" else None,
+                    ),
                 )
         return {"resultType": "complete"}
 
@@ -203,12 +210,10 @@ class Tasks:
         view = await self._read(ctx, params.task_id)
         if view.status == E.WAITING_FOR_INTERACTION:
             # Decided meanwhile: cancellation is cooperative.
+            mode = self.modes.for_principal(view.principal_id)
             with contextlib.suppress(LockgateError):
-                await self.runner.resume(
-                    view.principal_id,
-                    view.id,
-                    Action.CANCEL,
-                    None,
-                    decided_by=Decider(Door.TASK, view.principal_id, client_of(ctx)),
+                await self.decisions.decide(
+                    ClientPrompt(view.principal_id, Door.TASK, mode, client_of(ctx)),
+                    Decision(view.id, Action.CANCEL),
                 )
         return {"resultType": "complete"}

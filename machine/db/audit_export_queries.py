@@ -1,6 +1,6 @@
 """The decisions on gated calls, for `lockgate audit export` (every tool call a person, or
 the server, decided, with its execution's principal, oldest decision first) and for the
-approvals inbox's history (a principal's latest ones).
+approvals inbox's history (the latest ones of the principals a person approves for).
 
 A separate reader from `ToolCallQueries` (the engine's per-call reads): this one scans the
 journal's decided calls in bulk, for operators, never on a request's path.
@@ -8,7 +8,7 @@ journal's decided calls in bulk, for operators, never on a request's path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from sqlmodel import col, select
@@ -53,15 +53,20 @@ class AuditExportQueries(Queries):
             assert last.decided_at is not None
             after = (last.decided_at, last.id)
 
-    def recent(self, principal_id: str, limit: int) -> list[tuple[ToolCall, str]]:
-        """The principal's `limit` latest decided calls, the latest first: the approvals
-        inbox's history."""
+    def recent(
+        self, principals: Sequence[str] | None, limit: int
+    ) -> list[tuple[ToolCall, str]]:
+        """The `limit` latest decided calls of `principals` (None: of every principal), the
+        latest first: the approvals inbox's history."""
         query = (
             select(ToolCall, Execution.principal_id)
             .join(Execution, col(Execution.id) == col(ToolCall.execution_id))
-            .where(col(ToolCall.decided_at).is_not(None), Execution.principal_id == principal_id)
-            .order_by(col(ToolCall.decided_at).desc(), col(ToolCall.id).desc())
-            .limit(limit)
+            .where(col(ToolCall.decided_at).is_not(None))
+        )
+        if principals is not None:
+            query = query.where(col(Execution.principal_id).in_(list(principals)))
+        query = query.order_by(col(ToolCall.decided_at).desc(), col(ToolCall.id).desc()).limit(
+            limit
         )
         with self._session() as s:
             return [(call, principal) for call, principal in s.exec(query)]

@@ -1,8 +1,10 @@
-"""The approvals inbox's read: a principal's executions that wait for a decision, newest
-first (index `ix_executions_principal` on principal and creation time)."""
+"""The approvals inbox's read: the executions of the principals a person approves for that
+wait for a decision, newest first (index `ix_executions_principal` on principal and
+creation time)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlmodel import col, select
@@ -13,20 +15,17 @@ from lockgate.spec import ExecutionStatus as E
 
 
 class InboxQueries(Queries):
-    def waiting_ids(self, principal_id: str, limit: int) -> list[str]:
-        """Up to `limit` of the principal's paused executions, the newest first."""
+    def waiting(self, principals: Sequence[str] | None, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` paused executions of `principals` (None: of every principal), the
+        newest first, as (execution id, principal)."""
+        query = select(Execution.id, Execution.principal_id).where(
+            Execution.status == E.WAITING_FOR_INTERACTION
+        )
+        if principals is not None:
+            query = query.where(col(Execution.principal_id).in_(list(principals)))
+        query = query.order_by(col(Execution.created_at).desc()).limit(limit)
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Execution.id)
-                    .where(
-                        Execution.principal_id == principal_id,
-                        Execution.status == E.WAITING_FOR_INTERACTION,
-                    )
-                    .order_by(col(Execution.created_at).desc())
-                    .limit(limit)
-                )
-            )
+            return [(execution_id, principal) for execution_id, principal in s.exec(query)]
 
     def expiring_in_session(
         self, session_id: str, now: datetime, until: datetime, limit: int

@@ -10,7 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import JsonValue
-from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, bindparam, text
+from sqlalchemy import (
+    JSON,
+    Column,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    bindparam,
+    text,
+)
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlmodel import Field, SQLModel, col
 
@@ -264,36 +274,102 @@ class WebhookDelivery(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_when())
 
 
-class ApprovalToken(SQLModel, table=True):
-    """A single-use approval link, bound to one paused call.
+class Approver(SQLModel, table=True):
+    """A person who may decide gated calls (`lockgate approvers add`), never an API key.
 
-    Nothing here opens it: the URL carries `<id>-<mac>`, the mac an HMAC of the id and of
-    this row's binding (execution, call, principal, key, expiry) under a signing key kept
-    outside the database (`server.approval_tokens.LinkKeys`). The server recomputes the URL
-    from the row to hand the same link out again, from any instance and after a restart.
+    Configuration, not a lifecycle record, like a key: added and removed in transactions of
+    its own. Identified by where they sign in: an OpenID provider's issuer and the subject
+    it names them by (an approver added by email only gets the subject of their first
+    sign-in with that verified email), or `passkey` and a WebAuthn user handle of its own.
     """
 
-    __tablename__ = "approval_tokens"
+    __tablename__ = "approvers"
+    __table_args__ = (UniqueConstraint("issuer", "subject", name="uq_approvers_identity"),)
 
-    #: Names the row in the URL; not a secret (rows from before 0007 keep the sha256 of
-    #: their old token here, which no URL names any more).
-    id: str = Field(primary_key=True, max_length=64)
-    execution_id: str = Field(foreign_key="executions.id", index=True, max_length=64)
-    call_seq: int
-    principal_id: str = Field(max_length=64)
-    #: The API key whose request minted the link: revoking that key kills the link. None
-    #: for a link minted outside a keyed request; it then lives while its principal has an
-    #: active key.
-    key_id: str | None = Field(default=None, max_length=32)
+    id: str = Field(primary_key=True, max_length=32)
+    name: str = Field(max_length=200)
+    email: str | None = Field(default=None, max_length=320)
+    #: `oidc` or `passkey`.
+    sign_in: str = Field(max_length=16)
+    #: The OpenID provider's issuer URL, or `passkey`.
+    issuer: str = Field(max_length=500)
+    #: The provider's subject (OIDC; None until the first sign-in of one added by email), or
+    #: the WebAuthn user handle (base64url of 32 random bytes) for a passkey approver.
+    subject: str | None = Field(default=None, max_length=255)
+    created_at: datetime = Field(sa_column=_when())
+
+
+class ApproverGrant(SQLModel, table=True):
+    """Whose calls an approver may decide: one principal, or `*` for every principal."""
+
+    __tablename__ = "approver_grants"
+
+    approver_id: str = Field(primary_key=True, max_length=32)
+    principal_id: str = Field(primary_key=True, max_length=64, index=True)
+
+
+class Passkey(SQLModel, table=True):
+    """A passkey an approver registered through an enrolment link (WebAuthn credential)."""
+
+    __tablename__ = "passkeys"
+
+    #: The credential id, base64url (up to 1,023 bytes by the WebAuthn spec).
+    id: str = Field(primary_key=True, max_length=1400)
+    approver_id: str = Field(max_length=32, index=True)
+    public_key: bytes = Field(sa_column=Column(LargeBinary(), nullable=False))
+    sign_count: int = 0
+    transports: JsonValue = Field(default=None, sa_column=_json())
+    created_at: datetime = Field(sa_column=_when())
+    last_used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
+class Enrolment(SQLModel, table=True):
+    """A one-time passkey enrolment link (`enrolment`). The link carries `<id>.<secret>`;
+    the row keeps the secret's sha256 only, so a copy of the database opens no link."""
+
+    __tablename__ = "enrolments"
+
+    id: str = Field(primary_key=True, max_length=32)
+    approver_id: str = Field(max_length=32, index=True)
+    secret_hash: str = Field(max_length=64)
+    status: str = Field(max_length=32)
+    version: int = 0
     created_at: datetime = Field(sa_column=_when())
     expires_at: datetime = Field(sa_column=_when())
     used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
-    #: What the link is handed out for, `<execution id>:<call seq>:<key id>`: unique, so a
-    #: call gets one link per API key however often, and on however many instances, it is
-    #: shown. None for a link nobody hands out again (retired, or minted before 0007).
-    link: str | None = Field(
-        default=None, sa_column=Column(String(200), nullable=True, unique=True, index=True)
-    )
+
+
+class ApproverSession(SQLModel, table=True):
+    """A person signed in (`approver_session`): the cookie carries `<id>.<secret>`, the row
+    the secret's sha256 only."""
+
+    __tablename__ = "approver_sessions"
+
+    id: str = Field(primary_key=True, max_length=32)
+    approver_id: str = Field(max_length=32, index=True)
+    secret_hash: str = Field(max_length=64)
+    #: How the person signed in: `oidc` or `passkey`.
+    method: str = Field(max_length=16)
+    status: str = Field(max_length=32, index=True)
+    version: int = 0
+    created_at: datetime = Field(sa_column=_when())
+    expires_at: datetime = Field(sa_column=_when())
+    ended_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
+class SignInChallenge(SQLModel, table=True):
+    """One sign-in in progress: an OpenID Connect request's state (with its PKCE verifier
+    and nonce) or a WebAuthn challenge. Single use: taken by deleting it (a nonce, not a
+    lifecycle: it has one step, and a crash before that delete commits leaves it to expire
+    unused, which repeats nothing)."""
+
+    __tablename__ = "sign_in_challenges"
+
+    id: str = Field(primary_key=True, max_length=64)
+    kind: str = Field(max_length=32)
+    data: JsonValue = Field(sa_column=_json(nullable=False))
+    created_at: datetime = Field(sa_column=_when())
+    expires_at: datetime = Field(sa_column=_when())
 
 
 class TransitionLog(SQLModel, table=True):

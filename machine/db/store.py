@@ -8,8 +8,8 @@ Each `commit` is ONE transaction. Every change becomes
 with (source, dest) checked against the spec first, and a change that touches no row turns
 the whole transaction into a `Conflict`. New rows may be inserted in the same transaction,
 and only in their lifecycle's initial state; writes outside the lifecycles that must commit
-with the transition or not at all (`StoreWrite`, e.g. using an approval token up with the
-decision it carries) run in it too.
+with the transition or not at all (`StoreWrite`, e.g. removing an approver in the commit that
+signs them out) run in it too.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, Engine, Insert, Table, Update, bindparam, insert, update
 from sqlmodel import Session, SQLModel
 
-from lockgate.machine.db.approval_token_queries import (
-    ApprovalTokenQueries,
-)
 from lockgate.machine.db.audit_export_queries import AuditExportQueries
 from lockgate.machine.db.connect import lazy_commits, sqlite_file
 from lockgate.machine.db.execution_queries import ExecutionQueries
@@ -35,8 +32,11 @@ from lockgate.machine.db.inbox_queries import InboxQueries
 from lockgate.machine.db.instance_queries import InstanceQueries
 from lockgate.machine.db.key_queries import KeyQueries
 from lockgate.machine.db.metrics_queries import MetricsQueries
+from lockgate.machine.db.people_queries import ApproverQueries, SignInQueries
 from lockgate.machine.db.policy_queries import PolicyQueries
 from lockgate.machine.db.schema import (
+    ApproverSession,
+    Enrolment,
     Execution,
     Instance,
     OwedRequest,
@@ -64,6 +64,8 @@ TABLES: Mapping[str, type[SQLModel]] = {
     "owed_request": OwedRequest,
     "instance": Instance,
     "webhook_delivery": WebhookDelivery,
+    "approver_session": ApproverSession,
+    "enrolment": Enrolment,
 }
 MACHINE_OF: Mapping[type[SQLModel], str] = {model: name for name, model in TABLES.items()}
 #: Rows are inserted parents first, as the ORM's unit of work would order them.
@@ -156,7 +158,8 @@ class SqlStore:
         self.inbox = InboxQueries(engine)
         self.tool_calls = ToolCallQueries(engine)
         self.webhooks = WebhookQueries(engine)
-        self.approval_tokens = ApprovalTokenQueries(engine, writer)
+        self.approvers = ApproverQueries(engine, writer)
+        self.sign_ins = SignInQueries(engine, writer)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -197,10 +200,8 @@ class SqlStore:
                         record_id=fence.record_id,
                         expected_version=fence.version,
                     )
-            # Before the transitions: of two transactions carrying the same one-time write
-            # (two clicks of one link), the loser is refused by that write (on PostgreSQL it
-            # waits for the winner's row lock, then finds the token used), not by a version
-            # conflict that would not say why.
+            # Before the transitions: a one-time write that refuses (raises) refuses the
+            # whole transaction before anything else in it is written.
             for extra in writes:
                 extra.write(conn)
             for table, row in rows:
