@@ -25,7 +25,7 @@ from lockgate.machine.approval_grants import covering
 # Code imports these from here: the `X as X` form re-exports them (mypy --strict).
 from lockgate.machine.call_outcomes import REFUSED as REFUSED
 from lockgate.machine.call_outcomes import Action as Action
-from lockgate.machine.call_outcomes import settled_outcome
+from lockgate.machine.call_outcomes import arguments_too_large, settled_outcome
 from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
@@ -45,9 +45,7 @@ from lockgate.machine.sandbox import (
     Suspended,
     ToolOutcome,
 )
-from lockgate.machine.sandbox import (
-    Step as SandboxStep,
-)
+from lockgate.machine.sandbox import Step as SandboxStep
 from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
 from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook, as_source_book
@@ -61,7 +59,7 @@ from lockgate.machine.tools.registry import (
     make_idempotency_key,
 )
 from lockgate.machine.tools.spec import Namespace
-from lockgate.machine.values import json_size, limit_size, to_json
+from lockgate.machine.values import limit_size, to_json
 from lockgate.machine.webhooks import WebhookOutbox
 from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
@@ -141,8 +139,7 @@ class Dispatcher:
         self.store, self.write, self.sandbox, self.webhooks = store, write, sandbox, webhooks
         #: Each principal's tools (the configured ones, and those stored for it).
         self.sources = as_source_book(registry)
-        self.policy, self.secrets = policy, secrets
-        self.settings, self.clock = settings, clock
+        self.policy, self.secrets, self.settings, self.clock = policy, secrets, settings, clock
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
 
@@ -184,10 +181,8 @@ class Dispatcher:
                     ),
                 )
             return self.advance(ex, record_of(existing), suspended.snapshot, carried)
-        too_large = self._arguments_too_large(tool.spec.call_name, arguments)
-        if too_large is not None:
-            # Before anything is journaled or a person asked: nobody approves what they
-            # cannot read, and a paused call's arguments are stored with it.
+        limit = self.settings.max_call_argument_bytes  # checked before anything is journaled
+        if too_large := arguments_too_large(tool.spec.call_name, arguments, limit):
             return self.resume_sandbox(ex, suspended.snapshot, too_large)
         now = self.clock()
         row = ToolCall(
@@ -298,20 +293,6 @@ class Dispatcher:
         """The tools `principal`'s code finds (None: the sandbox's own, every principal's)."""
         registry = self.sources.registry_for(principal)
         return None if registry is self.sources.base else registry.frozen_namespace()
-
-    def _arguments_too_large(self, call_name: str, arguments: JsonValue) -> Raised | None:
-        """The error for arguments over LOCKGATE_MAX_CALL_ARGUMENT_BYTES, or None."""
-        size = json_size(arguments)
-        limit = self.settings.max_call_argument_bytes
-        if size <= limit:
-            return None
-        return Raised(
-            "ValueError",
-            f"The arguments of {call_name} are {size} bytes of JSON, over the limit of "
-            f"{limit} bytes for one call (LOCKGATE_MAX_CALL_ARGUMENT_BYTES): a person must "
-            "be able to read everything they approve. Send less in one call (split the "
-            "data over several calls, or pass a reference to it).",
-        )
 
     def _cover(self, ex: ExecutionRecord, row: ToolCall) -> dict[str, JsonValue] | None:
         """The record of an earlier grant that approves this call instead of a person."""

@@ -377,7 +377,7 @@ class People:
         parts = _split(token) if token else None
         if parts is None:
             return None
-        row = self.sign_ins.session(parts[0])
+        row = self.sign_ins.approver_session(parts[0])
         if row is None or row.status != A.ACTIVE or not _matches(parts[1], row.secret_hash):
             return None
         if self.clock() >= row.expires_at:
@@ -392,7 +392,7 @@ class People:
 
     def sign_out(self, session_id: str) -> bool:
         """End one session; False when it was not active."""
-        row = self.sign_ins.session(session_id)
+        row = self.sign_ins.approver_session(session_id)
         if row is None or row.status != A.ACTIVE:
             return False
         try:

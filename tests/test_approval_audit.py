@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from lockgate.machine.approval_audit import (
     Decider,
     Door,
+    PersonRef,
     arguments_digest,
     policy_revision,
 )
@@ -53,8 +54,9 @@ def test_each_decision_is_recorded_with_its_door_arguments_and_policy(
     PolicyRules(rt.engine.store).add("notes.read", "block", principal="bob")
     bob = rt.engine.execute("bob", WRITE)
     assert bob.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    ann = PersonRef("https://id.example", "ann-1", "Ann", "ann@example.com", "oidc")
     rt.engine.resume(
-        bob.id, "bob", Action.DECLINE, decided_by=Decider(Door.APPROVAL_PAGE, "approval link")
+        bob.id, "bob", Action.DECLINE, decided_by=Decider(Door.APPROVAL_PAGE, "Ann", person=ann)
     )
 
     lines = export(database_url, tmp_path)
@@ -69,6 +71,7 @@ def test_each_decision_is_recorded_with_its_door_arguments_and_policy(
         "door": "resume",
         "actor": "alice",
         "client": client,
+        "person": None,
         "argumentsDigest": arguments_digest({"key": "k", "text": "v"}),
         "policyRevision": policy_revision(Policy()),
         "decidedAt": first["decidedAt"],
@@ -77,6 +80,14 @@ def test_each_decision_is_recorded_with_its_door_arguments_and_policy(
     assert first["decidedAt"] and first["expiresAt"]
     assert str(first["decidedAt"]) < str(first["expiresAt"])
     assert second["action"] == "decline" and second["door"] == "approval_page"
+    # The person who decided, and how they signed in.
+    assert second["person"] == {
+        "issuer": "https://id.example",
+        "subject": "ann-1",
+        "name": "Ann",
+        "email": "ann@example.com",
+        "signedInWith": "oidc",
+    }
     assert second["argumentsDigest"] == first["argumentsDigest"]  # the same arguments
     assert second["policyRevision"] != first["policyRevision"]  # other rules applied
 

@@ -33,6 +33,8 @@ def test_the_shipped_specs_are_sound_and_fully_bound() -> None:
         "owed_request",
         "instance",
         "webhook_delivery",
+        "approver_session",
+        "enrolment",
     }
 
 

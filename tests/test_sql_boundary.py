@@ -1,7 +1,7 @@
 """`machine/db/` is the only code that speaks SQL.
 
 Everything else reads through the store's typed queries (`store.sessions`, `store.instances`,
-`store.executions`, `store.tool_calls`, `store.approval_tokens`, `store.keys`,
+`store.executions`, `store.tool_calls`, `store.approvers`, `store.sign_ins`, `store.keys`,
 `store.metrics`) and writes through `SqlStore.commit`: no other module imports sqlmodel or
 sqlalchemy, or opens a session of its own (`.session()`). An AST scan
 of spec/, machine/, server/ and simulation/ checks it (the simulator reads whole tables

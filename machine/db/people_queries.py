@@ -69,6 +69,7 @@ class ApproverQueries(Queries):
             raise IdentityTaken() from None
 
     def approver(self, approver_id: str) -> Approver | None:
+        """The approver by id (primary key): whom a session or a passkey belongs to."""
         with self._session() as s:
             return s.get(Approver, approver_id)
 
@@ -126,6 +127,8 @@ class ApproverQueries(Queries):
             )
 
     def may_decide(self, approver_id: str, principal_id: str) -> bool:
+        """Whether a grant lets the approver decide the principal's calls (the principal's
+        own grant or `*`; primary key on approver and principal)."""
         with self._session() as s:
             found = s.exec(
                 select(ApproverGrant.principal_id)
@@ -141,14 +144,17 @@ class ApproverQueries(Queries):
         return found is not None
 
     def count(self) -> int:
+        """How many approvers exist (a first start adds one when there is none)."""
         with self._session() as s:
             return int(s.exec(select(func.count()).select_from(Approver)).one())
 
     def passkey(self, credential_id: str) -> Passkey | None:
+        """The passkey a sign-in presents, by its credential id (primary key)."""
         with self._session() as s:
             return s.get(Passkey, credential_id)
 
     def passkeys_of(self, approver_id: str) -> list[Passkey]:
+        """The approver's passkeys (index on approver): excluded from a new registration."""
         with self._session() as s:
             return list(s.exec(select(Passkey).where(Passkey.approver_id == approver_id)))
 
@@ -167,10 +173,12 @@ class SignInQueries(Queries):
     write path), and sign-in challenges (`store.sign_ins`)."""
 
     def enrolment(self, enrolment_id: str) -> Enrolment | None:
+        """The enrolment a link names (primary key)."""
         with self._session() as s:
             return s.get(Enrolment, enrolment_id)
 
     def issued_enrolments(self, approver_id: str) -> list[Enrolment]:
+        """The approver's links still usable (revoked when a new one is issued)."""
         with self._session() as s:
             return list(
                 s.exec(
@@ -181,6 +189,7 @@ class SignInQueries(Queries):
             )
 
     def enrolments_lapsed(self, now: datetime, limit: int) -> list[Enrolment]:
+        """Issued links past their expiry, for the maintenance round."""
         with self._session() as s:
             return list(
                 s.exec(
@@ -190,7 +199,8 @@ class SignInQueries(Queries):
                 )
             )
 
-    def session(self, session_id: str) -> ApproverSession | None:
+    def approver_session(self, session_id: str) -> ApproverSession | None:
+        """The session a cookie names (primary key)."""
         with self._session() as s:
             return s.get(ApproverSession, session_id)
 
@@ -203,6 +213,7 @@ class SignInQueries(Queries):
             return list(s.exec(query))
 
     def sessions_lapsed(self, now: datetime, limit: int) -> list[ApproverSession]:
+        """Active sessions past their expiry, for the maintenance round (index on status)."""
         with self._session() as s:
             return list(
                 s.exec(
@@ -216,6 +227,7 @@ class SignInQueries(Queries):
             )
 
     def save_challenge(self, row: SignInChallenge) -> None:
+        """Store a sign-in in progress (its state, or a WebAuthn challenge)."""
         with self._writing() as s:
             s.add(row)
 

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from html.parser import HTMLParser
 from typing import Any
 
@@ -28,8 +27,8 @@ import uvicorn
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
 from lockgate.server.app import create_app
-from lockgate.server.approval_tokens import ApprovalTokens
 from lockgate.server.keys import ApiKeys
+from tests.support.people import Approver
 from tests.support.polling import wait_for as wait_until
 
 PRINCIPAL = "alice"
@@ -52,9 +51,8 @@ class Served:
     runtime: Runtime
     key: str
     http: httpx2.Client
-    #: The app's own links (its signing keys): what `mint` hands out is what it would.
-    tokens: ApprovalTokens
     statuses: list[int] = field(default_factory=list)
+    people: list[Approver] = field(default_factory=list)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx2.Response:
         response = self.http.request(method, self.url + path, **kwargs)
@@ -75,30 +73,15 @@ class Served:
         assert view.status == "waiting_for_interaction", view
         return view
 
-    def mint(
-        self, view: ExecutionView, expires_at: datetime | None = None, *, spare: bool = False
-    ) -> str:
-        """The link for the call `view` waits on, as `ApprovalSurface.approval_url` hands it
-        out; with `expires_at` or `spare`, a token of its own (as older versions minted)."""
-        assert view.pending is not None and view.pending.deadline is not None
-        tokens = self.tokens
-        now = self.runtime.engine.clock()
-        if expires_at is None and not spare:
-            return tokens.link(
-                view.id,
-                view.pending.seq,
-                view.principal_id,
-                view.pending.deadline,
-                key_id=None,
-                now=now,
-            )
-        return tokens.mint(
-            view.id,
-            view.pending.seq,
-            view.principal_id,
-            expires_at or view.pending.deadline,
-            now=now,
-        )
+    def person(self, name: str = "Ann", principals: tuple[str, ...] = (PRINCIPAL,)) -> Approver:
+        """A new approver of `principals`, signed in (the product's `People` opens the
+        session; the ceremonies are tested apart), whose browser talks to this server by
+        the name its links use."""
+        people = self.runtime.people
+        issued = people.open_session(people.add(name, principals=list(principals)), "passkey")
+        approver = Approver(self.runtime.settings.base_url, issued.token, name)
+        self.people.append(approver)
+        return approver
 
     def status_of(self, execution_id: str) -> str:
         return str(self.runtime.engine.view(execution_id).status)
@@ -134,9 +117,11 @@ def serve(make_runtime: Callable[..., Runtime], **overrides: Any) -> Iterator[Se
 
             wait_until(ready, "/readyz to answer 200")
             key = ApiKeys(runtime.engine.store).create(PRINCIPAL).secret
-            served = Served(url, runtime, key, http, app.state.approval_tokens)
+            served = Served(url, runtime, key, http)
             yield served
             assert 500 not in served.statuses, served.statuses
+            for approver in served.people:
+                approver.close()
         finally:
             server.should_exit = True
             thread.join(timeout=30)
@@ -215,10 +200,6 @@ def assert_problem(response: httpx2.Response, status: int, code: str | None = No
     assert error["message"] and not any(m in error["message"] for m in TRACE_MARKERS)
     if code is not None:
         assert error["code"] == code, error
-
-
-def token_of(approval_url: str) -> str:
-    return approval_url.rsplit("/approve/", 1)[1]
 
 
 # -- the MCP path: how clients get the URL --------------------------------------------------

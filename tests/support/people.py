@@ -175,13 +175,15 @@ def sign_in_with_passkey(
     base_url: str, device: SoftAuthenticator, http: httpx2.Client | None = None
 ) -> httpx2.Response:
     """The sign-in page's passkey ceremony through the real routes."""
-    client = http or httpx2.Client(timeout=30.0)
+    if http is None:
+        with httpx2.Client(timeout=30.0) as own:
+            return sign_in_with_passkey(base_url, device, own)
     origin = _origin(base_url)
-    options = client.post(f"{base_url}/signin/passkey/options", json={}, headers={"Origin": origin})
+    options = http.post(f"{base_url}/signin/passkey/options", json={}, headers={"Origin": origin})
     assert options.status_code == 200, options.text
     body = options.json()
     credential = device.authenticate(body["publicKey"], origin)
-    return client.post(
+    return http.post(
         f"{base_url}/signin/passkey",
         json={"challenge": body["challenge"], "credential": credential},
         headers={"Origin": origin},

@@ -10,6 +10,7 @@ configured through environment variables only, like an operator would), runs the
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -140,6 +141,13 @@ class Deployment:
         done = self.cli("keys", "revoke", key_id)
         assert done.returncode == 0, done.stderr
         assert f"revoked {key_id}" in done.stdout
+
+    def audit_lines(self, principal: str | None = None) -> list[dict[str, Any]]:
+        """`lockgate audit export` (of one principal's calls): its JSON lines."""
+        args = ("audit", "export", *(("--principal", principal) if principal else ()))
+        done = self.cli(*args)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
 
     def effects(self) -> list[dict[str, Any]]:
         """The notes tool's own log of calls that really ran (any process, any instance)."""

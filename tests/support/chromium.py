@@ -1,0 +1,85 @@
+"""Debian's headless Chromium, driven by playwright (never a browser playwright downloads),
+and its virtual WebAuthn authenticator (Chrome DevTools' `WebAuthn` domain): a passkey
+device as a real browser exposes it to a page.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Browser waits: generous for a loaded CI machine, still far below the test timeout.
+WAIT_MS = 20_000
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium (a playwright `Browser`); skips where Debian's chromium is
+    missing, except on CI, where that fails."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium")
+        pytest.skip(
+            f"{CHROMIUM} is missing (apt-get install chromium); this test never downloads one"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def virtual_authenticator(page: Any) -> tuple[Any, str]:
+    """A platform authenticator holding resident keys and verifying its user, attached to
+    `page`'s browser context: (the CDP session, its id)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable", {"enableUI": False})
+    added = cdp.send(
+        "WebAuthn.addVirtualAuthenticator",
+        {
+            "options": {
+                "protocol": "ctap2",
+                "transport": "internal",
+                "hasResidentKey": True,
+                "hasUserVerification": True,
+                "isUserVerified": True,
+                "automaticPresenceSimulation": True,
+            }
+        },
+    )
+    return cdp, str(added["authenticatorId"])
+
+
+def credentials(cdp: Any, authenticator_id: str) -> list[dict[str, Any]]:
+    """The passkeys the virtual authenticator holds."""
+    found = cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id})
+    return list(found["credentials"])
+
+
+def console_problems(page: Any) -> list[str]:
+    """Collect the page's script errors and failed requests (a CSP violation included)."""
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    return problems
