@@ -307,9 +307,11 @@ class Engine:
                     ex, lambda: (self.dispatcher.advance(ex, call, snapshot), call_row.seq)
                 )
                 return self.view(execution_id)
-        return self._settled(row, action)
+        return self._settled(row, action, decided_by)
 
-    def _settled(self, row: Execution, action: Action) -> ExecutionView:
+    def _settled(
+        self, row: Execution, action: Action, decided_by: Decider | None = None
+    ) -> ExecutionView:
         if row.status == E.EXPIRED:
             raise ExecutionExpired(
                 execution_id=row.id, deadline=row.deadline.isoformat() if row.deadline else None
@@ -320,8 +322,13 @@ class Engine:
         decision = call.decision if call is not None else None
         decided = decision.get("action") if isinstance(decision, dict) else None
         terminal = row.status not in EXECUTION.live_names
-        if decided == action and terminal:
-            return self.view(row.id)  # the same decision again: the same settled outcome
+        # The same decision again, by the same person (or again by nobody in particular: a
+        # client retrying its resume): the same settled outcome. Another person's equal
+        # decision did not decide anything, and is told so.
+        person = decided_by.person.as_json() if decided_by and decided_by.person else None
+        recorded = decision.get("person") if isinstance(decision, dict) else None
+        if decided == action and terminal and _same_person(recorded, person):
+            return self.view(row.id)
         detail = f"a decision was already recorded ({decided})" if decided else "it is not paused"
         raise ExecutionAlreadySettled(execution_id=row.id, status=row.status, detail=detail)
 
@@ -376,6 +383,18 @@ class Engine:
         except (Conflict, GuardRefused, IllegalTransition):
             return self._settled(self.reads.owned(execution_id, principal_id), Action.CANCEL)
         return self.view(execution_id)
+
+
+def _same_person(recorded: object, asking: dict[str, JsonValue] | None) -> bool:
+    """Whether the person a decision records is the one asking (by issuer and subject)."""
+    if recorded is None or asking is None:
+        return recorded is None and asking is None
+    if not isinstance(recorded, dict):
+        return False
+    return (recorded.get("issuer"), recorded.get("subject")) == (
+        asking.get("issuer"),
+        asking.get("subject"),
+    )
 
 
 __all__ = ["Action", "Engine", "ExecutionView", "ToolRequest", "record_of"]

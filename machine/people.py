@@ -310,7 +310,8 @@ class People:
         if row.status == N.REVOKED:
             raise EnrolmentRefused("revoked", "This enrolment link was replaced by a newer one.")
         if row.status == N.EXPIRED or self.clock() >= row.expires_at:
-            self._expire(RowRecord.of("enrolment", row))
+            if row.status == N.ISSUED:  # found past its lifetime: expired now
+                self._expire(RowRecord.of("enrolment", row))
             raise EnrolmentRefused("expired", "This enrolment link has expired.")
         approver = self.rows.approver(row.approver_id)
         if approver is None:

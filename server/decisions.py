@@ -54,6 +54,10 @@ class DecisionRefused(LockgateError):
     code = ErrorCode.INVALID_INPUT
 
 
+class CallNotFound(LockgateError):
+    code = ErrorCode.NOT_FOUND
+
+
 @dataclass(frozen=True)
 class Agent:
     principal: str
@@ -141,8 +145,13 @@ class Decisions:
         if decision.call is None:
             raise DecisionRefused("A person's decision names the call it is for.")
         shown = call_shown(store, decision.execution_id, decision.call)
+        if shown is None:
+            raise CallNotFound(
+                f"Execution {decision.execution_id} has no call {decision.call}.",
+                hint="Decide the call its page shows (the inbox lists what waits).",
+            )
         must_match = decision.action is Action.ACCEPT or decision.shown is not None
-        if shown is not None and shown.waiting and must_match and decision.shown != shown.digest:
+        if shown.waiting and must_match and decision.shown != shown.digest:
             raise ShownOutdated(
                 "This decision is not for the call as it waits now (what was shown differs "
                 "from what would run).",

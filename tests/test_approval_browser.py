@@ -1,16 +1,18 @@
 """The approval page in a real browser: Debian's headless Chromium, driven by playwright.
 
 An agent's client runs code through the MCP `execute` tool; the call pauses for approval and
-the answer carries an approval URL. A person opens it, reads what will run, and clicks
+the answer carries an approval URL, which names the call. Opened by nobody in particular it
+leads to the sign-in page. A person who signed in (their session cookie in the browser, set
+for the server's name for links, `localhost`) opens it, reads what will run, and clicks
 Approve (or Decline); the execution then completes (or the code is told the call was
-refused). The browser is /usr/bin/chromium, never one playwright downloads.
+refused), and the audit names that person. The browser is /usr/bin/chromium, never one
+playwright downloads.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,48 +23,24 @@ import pytest
 from lockgate.machine.runtime import Runtime
 from tests.support.approval_app import PRINCIPAL, WRITE_NOTE, Served, mcp_execute, serve
 from tests.support.canary import CANARY
+from tests.support.chromium import WAIT_MS, chromium, console_problems
+from tests.support.people import Approver
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = Path("/tmp/lockgate-approval-page.png")
-#: Browser waits: generous for a loaded CI machine, still far below the test timeout.
-WAIT_MS = 20_000
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium")
-        pytest.skip(
-            f"{CHROMIUM} is missing (apt-get install chromium); this test never downloads one"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as found:
+        yield found
 
 
 @pytest.fixture
 def served(make_runtime: Callable[..., Runtime]) -> Iterator[Served]:
-    with serve(make_runtime) as s:
+    """The app in approval mode `browser`: only a person accepts."""
+    with serve(make_runtime, approval_mode="browser") as s:
         yield s
 
 
@@ -75,34 +53,71 @@ def paused_through_mcp(served: Served, code: str) -> dict[str, Any]:
     return answer
 
 
-def open_page(browser: Any, url: str) -> tuple[Any, Any, list[str]]:
-    """A fresh context and page at `url`, collecting console errors (a CSP violation
-    included) and failed requests."""
+def open_page(
+    browser: Any, url: str, person: Approver | None = None, status: int = 200
+) -> tuple[Any, Any, list[str]]:
+    """A fresh browser context at `url`, with `person`'s session cookie when given (as the
+    browser holds it after sign-in: HttpOnly, SameSite=Strict, for `localhost`), collecting
+    console errors (a CSP violation included) and failed requests."""
     context = browser.new_context(viewport={"width": 900, "height": 1000})
+    if person is not None:
+        context.add_cookies(
+            [
+                {
+                    "name": "lockgate_person",
+                    "value": person.cookie,
+                    "domain": "localhost",
+                    "path": "/",
+                    "httpOnly": True,
+                    "sameSite": "Strict",
+                }
+            ]
+        )
     page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
+    problems = console_problems(page)
     response = page.goto(url, wait_until="load", timeout=WAIT_MS)
-    assert response is not None and response.status == 200
+    assert response is not None and response.status == status, response
     return context, page, problems
+
+
+def test_without_a_session_the_url_leads_to_sign_in(browser: Any, served: Served) -> None:
+    answer = paused_through_mcp(served, WRITE_NOTE)
+    execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+    assert url.startswith("http://localhost:")
+    context, page, problems = open_page(browser, url)
+    try:
+        assert page.url.startswith(f"{served.runtime.settings.base_url}/signin?next=")
+        assert f"/approve/{execution_id}/1" in page.url.replace("%2F", "/")
+        content = page.content()
+        assert "hello there" not in content and "Approve" not in page.title()
+        assert page.query_selector("#approve") is None
+        assert problems == [], problems
+    finally:
+        context.close()
+    assert served.status_of(execution_id) == "waiting_for_interaction"
 
 
 def test_approve_in_chromium_completes_the_execution(browser: Any, served: Served) -> None:
     answer = paused_through_mcp(served, WRITE_NOTE)
     execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+    ann = served.person("Ann")
 
-    context, page, problems = open_page(browser, url)
+    context, page, problems = open_page(browser, url, ann)
     try:
+        assert page.url == url
         assert page.title().startswith("Approve tools.notes.write?")
         assert page.inner_text("#tool") == "tools.notes.write"
         assert json.loads(page.inner_text("#args")) == {"key": "greeting", "text": "hello there"}
         assert page.inner_text("#who") == PRINCIPAL
-        assert "tools.notes.write(" in page.inner_text("#code")
+        assert page.inner_text("#person-name") == "Ann"
+        assert page.inner_text("#code") == WRITE_NOTE
+        assert re.fullmatch(r"[0-9a-f]{64}", page.inner_text("#digest"))
         # The page's script ran (the CSP lets its nonced script through): a relative expiry.
         assert re.fullmatch(r"\S+ \S+ UTC \(in 23 h 5\d min\)", page.inner_text("#expires"))
+        # The session cookie is HttpOnly: the page's own script cannot read it.
+        assert page.evaluate("document.cookie") == ""
         assert page.is_enabled("#approve") and page.is_enabled("#decline")
-        assert CANARY not in page.content()
+        assert CANARY not in page.content() and ann.cookie not in page.content()
         page.screenshot(path=str(SCREENSHOT), full_page=True)
 
         page.click("#approve")
@@ -115,10 +130,10 @@ def test_approve_in_chromium_completes_the_execution(browser: Any, served: Serve
         page.screenshot(path=str(SCREENSHOT.with_suffix(".done.png")), full_page=True)
         assert problems == [], problems  # no script error, no CSP violation, no failed fetch
 
-        # Reloading the used link says so, plainly.
+        # Reloading the page of the decided call says so, plainly.
         again = page.reload(wait_until="load", timeout=WAIT_MS)
         assert again is not None and again.status == 410
-        assert "already used" in page.inner_text("#title")
+        assert "already decided" in page.inner_text("#title")
     finally:
         context.close()
 
@@ -132,13 +147,19 @@ def test_approve_in_chromium_completes_the_execution(browser: Any, served: Serve
     assert [c.status for c in view.calls] == ["succeeded"]
     effects = served.runtime.sources[0].effects()  # type: ignore[attr-defined]
     assert [e.get("tool") for e in effects] == ["notes.write"]
+    # Ann decided it, on the page.
+    call = served.runtime.engine.store.tool_calls.last_decided(execution_id)
+    assert call is not None and isinstance(call.decision, dict)
+    person = call.decision["person"]
+    assert isinstance(person, dict)
+    assert (call.decision["door"], person["name"]) == ("approval_page", "Ann")
 
 
 def test_decline_in_chromium_refuses_the_call(browser: Any, served: Served) -> None:
     answer = paused_through_mcp(served, WRITE_NOTE)
     execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
 
-    context, page, problems = open_page(browser, url)
+    context, page, problems = open_page(browser, url, served.person())
     try:
         assert page.inner_text("#tool") == "tools.notes.write"
         page.click("#decline")
@@ -157,6 +178,22 @@ def test_decline_in_chromium_refuses_the_call(browser: Any, served: Served) -> N
     assert served.runtime.sources[0].effects() == []  # type: ignore[attr-defined]
 
 
+def test_a_person_who_does_not_approve_for_the_principal_cannot_decide(
+    browser: Any, served: Served
+) -> None:
+    answer = paused_through_mcp(served, WRITE_NOTE)
+    execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
+    context, page, _ = open_page(browser, url, served.person("Bea", ("bob",)), status=403)
+    try:
+        assert "cannot decide" in page.inner_text("#title")
+        assert "Bea does not approve calls of alice" in page.inner_text("#notice")
+        assert page.query_selector("#approve") is None
+        assert "hello there" not in page.content()
+    finally:
+        context.close()
+    assert served.status_of(execution_id) == "waiting_for_interaction"
+
+
 def test_approve_a_loop_once_in_chromium(browser: Any, served: Served) -> None:
     code = (
         "out = []\n"
@@ -166,7 +203,7 @@ def test_approve_a_loop_once_in_chromium(browser: Any, served: Served) -> None:
     )
     answer = paused_through_mcp(served, code)
     execution_id, url = answer["executionId"], answer["interaction"]["approvalUrl"]
-    context, page, problems = open_page(browser, url)
+    context, page, problems = open_page(browser, url, served.person())
     try:
         page.fill("#grant", "3")
         page.click("#approve")

@@ -1,27 +1,34 @@
 """The engine when two actors reach one execution at once, in process, on SQLite and
 PostgreSQL, staged with gates at write-path points (never with timing): a cancel that loses
-to a decision, a claim that loses to another instance, and a stalled instance whose
-execution failed under it after another instance took it over."""
+to a decision, two people deciding one call through the decision entry, a claim that loses
+to another instance, and a stalled instance whose execution failed under it after another
+instance took it over."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from lockgate.machine.approval_audit import Door
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import ExecutionAlreadySettled
 from lockgate.machine.faults import Faults
 from lockgate.machine.faults import Gate as PointGate
+from lockgate.machine.people import SignedIn
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
 from lockgate.machine.write_path import Step
+from lockgate.server.call_shown import call_shown
+from lockgate.server.decisions import Decision, Decisions, Person
+from lockgate.server.runner import ExecutionRunner
 from lockgate.spec import CrashPoint, ExecutionStatus
 from tests.support.engine_records import WRITE_THEN_READ, Clock, MakeRuntime, notes_of, row_of
 from tests.support.engine_records import writes as writes_of
@@ -182,30 +189,96 @@ def test_a_decision_that_loses_its_race_is_told_which_decision_won(
     assert writes_of(rt) == []
 
 
-class UsedUp:
-    """A write committed with a decision (as an approval link is used up by it); this one
-    writes nothing, it only makes the decision one that carries a write."""
+@pytest.fixture
+def runners() -> Iterator[list[ExecutionRunner]]:
+    """The execution runners a test made, closed after it."""
+    made: list[ExecutionRunner] = []
+    yield made
+    for runner in made:
+        runner.close()
 
-    def write(self, conn: Any) -> None:
-        pass
+
+def _people_deciding(
+    make_runtime: MakeRuntime, runners: list[ExecutionRunner]
+) -> tuple[Runtime, ExecutionView, InThread, PointGate, Callable[[str, Action], ExecutionView]]:
+    """An execution paused for approval and two approvers of alice, Ann and Bea, signed in;
+    Ann's approval through the one decision entry (as the page sends it), in a thread of
+    its own, held before its commit; and how a person decides there meanwhile."""
+    faults = Faults()
+    rt = make_runtime(faults=faults)
+    runner = ExecutionRunner(rt)
+    runners.append(runner)
+    paused = rt.engine.execute("alice", WRITE_THEN_READ)
+    shown = call_shown(rt.engine.store, paused.id, 1)
+    assert shown is not None and shown.waiting
+    decisions = Decisions(runner, rt.people, lambda view: None)
+
+    def person(name: str) -> SignedIn:
+        issued = rt.people.open_session(rt.people.add(name, principals=["alice"]), "passkey")
+        signed_in = rt.people.signed_in(issued.token)
+        assert signed_in is not None
+        return signed_in
+
+    people = {name: person(name) for name in ("Ann", "Bea")}
+
+    def decide(name: str, action: Action) -> ExecutionView:
+        who = Person(people[name], Door.APPROVAL_PAGE)
+        decision = Decision(paused.id, action, call=1, shown=shown.digest)
+        outcome = anyio.run(decisions.decide, who, decision)
+        assert isinstance(outcome, ExecutionView), outcome
+        return outcome
+
+    gate = faults.gate(CrashPoint.parse(RESUME_ACCEPT_GATE))
+    held = InThread(lambda: decide("Ann", Action.ACCEPT), gate.give_up)
+    assert gate.wait_until_held()
+    return rt, paused, held, gate, decide
 
 
-def test_a_link_whose_decision_lost_to_the_same_decision_is_still_refused(
-    make_runtime: MakeRuntime,
+def _decided_by(rt: Runtime, execution_id: str) -> tuple[str, str]:
+    """(the action, the person's name) of the call's stored decision."""
+    call = rt.engine.store.tool_calls.last_decided(execution_id)
+    assert call is not None and isinstance(call.decision, dict), call
+    person = call.decision["person"]
+    assert isinstance(person, dict)
+    return str(call.decision["action"]), str(person["name"])
+
+
+def test_two_people_deciding_one_call_at_once_decide_it_once(
+    make_runtime: MakeRuntime, runners: list[ExecutionRunner]
 ) -> None:
-    """The same decision, taken meanwhile by another door: the link's own write was rolled
-    back with its decision, so the link is told it decided nothing rather than shown the
-    outcome as its own."""
-    rt, paused, by_link, gate = _held_at(
-        make_runtime,
-        RESUME_ACCEPT_GATE,
-        lambda rt, e: rt.engine.resume(e, "alice", Action.ACCEPT, writes=[UsedUp()]),
-    )
-    assert rt.engine.resume(paused.id, "alice", Action.ACCEPT).status is ExecutionStatus.COMPLETED
+    """Ann approves on the page; her decision is held just before it commits while Bea
+    declines the same call in the inbox. Bea's decision stands, alone; Ann is told the call
+    was already settled, and by which decision, not shown Bea's outcome as her own."""
+    rt, paused, ann, gate, decide = _people_deciding(make_runtime, runners)
+    declined = decide("Bea", Action.DECLINE)
+    assert declined.status is ExecutionStatus.FAILED
     gate.open()
-    with pytest.raises(ExecutionAlreadySettled, match=r"already recorded \(accept\)"):
-        by_link.result()
-    assert len(writes_of(rt)) == 1
+    with pytest.raises(ExecutionAlreadySettled) as info:
+        ann.result()
+    assert (info.value.execution_id, info.value.status) == (paused.id, declined.status)
+    assert "a decision was already recorded (decline)" in info.value.message
+    assert _decided_by(rt, paused.id) == ("decline", "Bea")
+    assert writes_of(rt) == []
+
+
+def test_a_person_whose_approval_lost_to_another_s_is_told_it_was_settled(
+    make_runtime: MakeRuntime, runners: list[ExecutionRunner]
+) -> None:
+    """Ann and Bea both approve at once; Bea's commits first. The write is made once and
+    the audit names Bea; Ann decided nothing and is told so, rather than shown Bea's
+    outcome as her own approval."""
+    rt, paused, ann, gate, decide = _people_deciding(make_runtime, runners)
+    assert decide("Bea", Action.ACCEPT).status is ExecutionStatus.COMPLETED
+    gate.open()
+    try:
+        told = ann.result()
+    except ExecutionAlreadySettled as settled:
+        assert "a decision was already recorded (accept)" in settled.message
+    else:
+        raise AssertionError(f"Ann was answered as if she had decided: {told.status}")
+    finally:
+        assert _decided_by(rt, paused.id) == ("accept", "Bea")
+        assert len(writes_of(rt)) == 1
 
 
 def test_waiting_for_idle_waits_for_the_drive_under_way(make_runtime: MakeRuntime) -> None:

@@ -106,9 +106,10 @@ def test_a_new_link_revokes_the_old_and_links_expire(people: People, clock: Cloc
     assert revoked.value.reason == "revoked"
     people.enrolment(second.token)  # usable
     clock.advance(timedelta(hours=1))
-    with pytest.raises(EnrolmentRefused) as expired:
-        people.enrolment(second.token)
-    assert expired.value.reason == "expired"
+    for _ in range(2):  # found lapsed, then already expired: both say so
+        with pytest.raises(EnrolmentRefused) as expired:
+            people.enrolment(second.token)
+        assert expired.value.reason == "expired"
     # Lapsed links nobody opens are expired by the maintenance round.
     third = people.issue_enrolment(bea.id)
     clock.advance(timedelta(hours=2))

@@ -10,10 +10,10 @@
 - `spec_factories` (planted spec bugs), `gate_tool` (a tool a test holds), and `procs/`
   (the programs real-process tests launch);
 - per subject, what several test modules of it share: `session_gate` (the gate driven with
-  scripted transports), `approval_app` and `approval_links` (the approval page's app and its
-  links), `security_target` (the two-principal server), `engine_records` and
-  `engine_processes` (engine rows; engine processes killed and restarted), `sandboxes`,
-  `tool_sources`, `diagram_trees`.
+  scripted transports), `approval_app` and `people` (the approval page's app and the
+  people who approve there), `security_target` (the two-principal server),
+  `engine_records` and `engine_processes` (engine rows; engine processes killed and
+  restarted), `sandboxes`, `tool_sources`, `diagram_trees`.
 
 Nothing here is shipped: the runtime packages never import it.
 """
