@@ -113,6 +113,16 @@ IN_PROCESS_ONLY = {
     name: "its webhook endpoint lives in the simulator's process; a real server's outbox "
     "across SIGKILL, delivered to a real endpoint, is tests/test_webhook_restart.py"
     for name in ("webhook_delivered", "webhook_abandoned", "approval_warned")
+} | {
+    name: "the person's authenticator lives in the simulator's process; a real server's "
+    "enrolment link and session across SIGKILL are tests/test_people_passkeys.py and "
+    "tests/test_people_oidc.py"
+    for name in (
+        "person_enrols_and_decides",
+        "person_signs_in_and_out",
+        "links_and_sessions_end",
+        "approver_removed",
+    )
 }
 
 

@@ -37,6 +37,14 @@ from lockgate.simulation.scenario_drains import (
     graceful_shutdown,
     spin_code,
 )
+from lockgate.simulation.scenario_people import (
+    PEOPLE_MACHINES,
+    PEOPLE_SETTINGS,
+    approver_removed,
+    links_and_sessions_end,
+    person_enrols_and_decides,
+    person_signs_in_and_out,
+)
 from lockgate.simulation.scenario_recovery import (
     conservative_approval,
     conservative_recovery,
@@ -111,6 +119,10 @@ class Scenario:
     real_process_settings: dict[str, str] = field(default_factory=dict)
     #: Its notes calls go over HTTP, through the OpenAPI source (`simulation.http_notes`).
     over_http: bool = False
+    #: The lifecycles it is about: only their crash points are planned (None: every one it
+    #: reaches). For a scenario that passes through an execution only to reach its own
+    #: lifecycles, whose execution's points the execution's own scenarios crash already.
+    crash_only: frozenset[str] | None = None
 
 
 #: The scenarios made again with their calls over HTTP, through the OpenAPI source: between
@@ -351,6 +363,35 @@ _CATALOG: tuple[Scenario, ...] = (
         "Nobody decides: a warning goes out before the approval expires.",
         approval_warned,
         settings=WEBHOOK_SETTINGS,
+        portable=False,
+    ),
+    Scenario(
+        "person_enrols_and_decides",
+        "A person registers a passkey with an enrolment link, then accepts a paused write.",
+        person_enrols_and_decides,
+        settings=PEOPLE_SETTINGS,
+        portable=False,
+        crash_only=PEOPLE_MACHINES,
+    ),
+    Scenario(
+        "person_signs_in_and_out",
+        "An enrolled person signs in anew, declines a paused write and signs out.",
+        person_signs_in_and_out,
+        settings=PEOPLE_SETTINGS,
+        portable=False,
+    ),
+    Scenario(
+        "links_and_sessions_end",
+        "A newer link revokes the old; a session and a link outlive their lifetimes.",
+        links_and_sessions_end,
+        settings=PEOPLE_SETTINGS,
+        portable=False,
+    ),
+    Scenario(
+        "approver_removed",
+        "A person with a session and an unused link is removed.",
+        approver_removed,
+        settings=PEOPLE_SETTINGS,
         portable=False,
     ),
 )

@@ -25,6 +25,7 @@ from pathlib import Path
 from lockgate.machine.faults import Faults, InjectedCrash
 from lockgate.machine.runtime import Runtime
 from lockgate.simulation.invariants import CallLists, Violation, calls_made, check_all, history
+from lockgate.simulation.people_invariants import check_people
 from lockgate.simulation.scenarios import CATALOG, Scenario, ScenarioFailed
 from lockgate.simulation.webhook_invariants import check_webhooks
 from lockgate.simulation.world import CANARY, Client, LogCapture, World
@@ -43,6 +44,8 @@ DRIVEN_MACHINES = (
     "owed_request",
     "instance",
     "webhook_delivery",
+    "approver_session",
+    "enrolment",
 )
 
 
@@ -159,6 +162,7 @@ def run_plan(
             )
             if "webhook_url" in scenario.settings:
                 violations += check_webhooks(engine, world.webhooks)
+            violations += check_people(engine, now=world.clock())
             made = calls_made(engine)
             if violations:
                 records = [r for v in violations for r in v.records]
@@ -274,9 +278,12 @@ def _sweep_scenario(
         yield result
         if only is not None or len(plan) >= MAX_DEPTH:
             continue
-        # Deeper plans: crash again at each point first reached after the last crash.
+        # Deeper plans: crash again at each point first reached after the last crash (of
+        # the lifecycles the scenario is about, when it names them).
         base = tuple(result.fired) if plan else ()
         for point in dict.fromkeys(result.after_last_crash):
+            if scenario.crash_only is not None and point.machine not in scenario.crash_only:
+                continue
             candidate = (*base, point)
             fresh = not plan or point not in fault_free
             if len(candidate) <= MAX_DEPTH and candidate not in planned and fresh:

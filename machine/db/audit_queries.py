@@ -15,9 +15,13 @@ from sqlmodel import col, select
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import (
+    Approver,
+    ApproverSession,
+    Enrolment,
     Execution,
     Instance,
     OwedRequest,
+    Passkey,
     Session,
     ToolCall,
     TransitionLog,
@@ -62,6 +66,26 @@ class AuditQueries(Queries):
         """Every outbox row, in creation order."""
         with self._session() as s:
             return list(s.exec(select(WebhookDelivery).order_by(col(WebhookDelivery.created_at))))
+
+    def approvers(self) -> list[Approver]:
+        """Every approver (a session or a link of one removed must be over)."""
+        with self._session() as s:
+            return list(s.exec(select(Approver)))
+
+    def passkeys(self) -> list[Passkey]:
+        """Every registered passkey (each from one used enrolment link)."""
+        with self._session() as s:
+            return list(s.exec(select(Passkey)))
+
+    def enrolments(self) -> list[Enrolment]:
+        """Every enrolment link's row, used and ended ones included."""
+        with self._session() as s:
+            return list(s.exec(select(Enrolment)))
+
+    def approver_sessions(self) -> list[ApproverSession]:
+        """Every approver session's row, ended ones included."""
+        with self._session() as s:
+            return list(s.exec(select(ApproverSession)))
 
     def live_instance_ids(self) -> set[str]:
         """Instances live or draining: their lease still counts."""
