@@ -77,6 +77,23 @@ class Decider:
     def of_server(cls) -> Decider:
         return cls(Door.SERVER, "the server")
 
+    @property
+    def kind(self) -> str:
+        """Who, in one word: `person` (signed in), `model` (the agent's own key, in approval
+        mode `model`, or giving up its own call), `client` (the client's own prompt, trusted
+        as its person's in mode `native`), or `server`."""
+        if self.person is not None:
+            return "person"
+        return _KINDS.get(self.door, "server")
+
+
+_KINDS = {
+    Door.RESUME: "model",
+    Door.HTTP_API: "model",
+    Door.CLIENT_PROMPT: "client",
+    Door.TASK: "client",
+}
+
 
 def arguments_digest(arguments: JsonValue) -> str:
     """sha256 of the arguments' canonical JSON: what a decision covered, exactly."""
@@ -104,6 +121,7 @@ def decision_record(
         "action": action,
         "content": content,
         "door": decider.door.value,
+        "by": decider.kind,
         "actor": decider.actor,
         "client": decider.client,
         "person": decider.person.as_json() if decider.person is not None else None,
@@ -133,6 +151,7 @@ def exported(
         "tool": f"tools.{tool}",
         "action": record.get("action"),
         "door": record.get("door"),
+        "by": record.get("by"),
         "actor": record.get("actor"),
         "client": record.get("client"),
         "person": record.get("person"),

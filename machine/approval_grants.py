@@ -81,6 +81,7 @@ def covering(
             "action": "accept",
             "content": None,
             "door": "grant",
+            "by": "grant",
             "actor": f"the grant given with call {seq}",
             "client": None,
             # The person who gave the grant, as that decision's record names them.

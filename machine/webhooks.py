@@ -15,9 +15,10 @@ the body signed (`machine.webhook_signing`), and commits `deliver` only after a 
 in between sends the event again, never loses it. A failure schedules a retry with
 exponential backoff, until the last attempt abandons the row with its error.
 
-The body says what a person needs to decide and where to go: the tool, the arguments as the
-approval page shows them, the expiry, and the approvals inbox's URL. It carries no approval
-link: a link decides the call, and the endpoint (a chat relay) is not a person.
+The body says what a person needs to decide and where to go: the tool, the arguments (their
+preview), the expiry, the call's approval page and the approvals inbox. It carries no
+credential: the page's link names the call and authorises nothing (the person signs in
+there), so a chat relay that posts it hands nobody a decision.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class WebhookOutbox:
                 "tool": call.tool,
                 "arguments": call.arguments_preview,
                 "expires_at": deadline.isoformat(),
+                "approval_url": f"{self.settings.base_url}/approve/{ex.id}/{call.seq}",
                 "approvals_url": f"{self.settings.base_url}/approvals",
             },
         }

@@ -74,9 +74,12 @@ class InputRequiredDoor:
         ctx: ServerRequestContext[Any],
         principal: str,
         params: types.CallToolRequestParams,
+        mode: ApprovalMode,
     ) -> ExecutionView | Running:
         """A retry carrying the person's answer: decide the call (once), and return where the
-        execution got to. A dismissed prompt decides nothing."""
+        execution got to. A dismissed prompt decides nothing; an accept is the client's
+        person's only while the connection's mode is `native` (the decision entry refuses
+        it otherwise: a state sealed before the operator made the mode stricter)."""
         assert params.request_state is not None  # unsealed by the SDK's boundary
         state = json.loads(params.request_state)
         execution_id = str(state["executionId"])

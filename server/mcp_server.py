@@ -218,7 +218,7 @@ class LockgateMCP:
                 params.name in ("execute", "resume") or params.name in SOURCE_TOOLS
             ):
                 # The client's retry with its person's answer: nothing runs again.
-                outcome = await self.input_required.answer(ctx, principal, params)
+                outcome = await self.input_required.answer(ctx, principal, params, mode)
                 answered = await self._finish(ctx, principal, outcome, mode, ask=_decided(params))
                 return answered
             if params.name == "execute":

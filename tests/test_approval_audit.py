@@ -69,6 +69,7 @@ def test_each_decision_is_recorded_with_its_door_arguments_and_policy(
         "tool": "tools.notes.write",
         "action": "accept",
         "door": "resume",
+        "by": "model",
         "actor": "alice",
         "client": client,
         "person": None,
@@ -80,6 +81,7 @@ def test_each_decision_is_recorded_with_its_door_arguments_and_policy(
     assert first["decidedAt"] and first["expiresAt"]
     assert str(first["decidedAt"]) < str(first["expiresAt"])
     assert second["action"] == "decline" and second["door"] == "approval_page"
+    assert second["by"] == "person"
     # The person who decided, and how they signed in.
     assert second["person"] == {
         "issuer": "https://id.example",

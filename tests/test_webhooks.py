@@ -61,9 +61,11 @@ def test_a_paused_call_is_announced_signed_with_what_a_person_needs(
         "tool": "notes.write",
         "arguments": {"key": "k", "text": "secret plans"},
         "expires_at": event["data"]["expires_at"],
+        "approval_url": f"https://lockgate.example/approve/{paused.id}/1",
         "approvals_url": "https://lockgate.example/approvals",
     }
-    assert "approve/" not in str(event)  # no link that decides the call
+    # The page's link names the call and carries nothing that decides it: no credential.
+    assert "token" not in str(event) and "lockgate_person" not in str(event)
     stored = runtime.engine.store.webhooks.get(row.id)
     assert stored is not None and stored.status == W.DELIVERED and stored.attempts == 1
     # Delivered once: nothing is due any more.
