@@ -23,7 +23,19 @@ from lockgate.machine.runtime import Runtime
 from lockgate.server.auth import ASGIApp, Message, Receive, Scope, Send, bearer_token
 from lockgate.server.keys import ApiKeys
 
-APPROVAL_PATH = re.compile(r"/approve/[^/?\s\"']+")
+#: What of a request's path is a secret: an enrolment link's (`/enrol/<id>.<secret>`), and
+#: the code and state an OpenID provider sends back.
+_PATH_SECRETS = (
+    (re.compile(r"(/enrol/[0-9a-f]{32})\.[A-Za-z0-9_-]+"), r"\1.…"),
+    (re.compile(r"([?&](?:code|state)=)[^&\s\"]+"), r"\1…"),
+)
+
+
+def hide_path_secrets(text: str) -> str:
+    for pattern, replacement in _PATH_SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
 
 #: Set around request handling so every log line names what it is about.
 log_execution_id: ContextVar[str | None] = ContextVar("log_execution_id", default=None)
@@ -31,8 +43,8 @@ log_session_id: ContextVar[str | None] = ContextVar("log_session_id", default=No
 
 
 def _message(record: logging.LogRecord) -> str:
-    # Approval tokens are credentials: access log lines must not carry them.
-    return APPROVAL_PATH.sub("/approve/<redacted>", record.getMessage())
+    # An enrolment link, or a sign-in's code, is a credential: no log line carries one.
+    return hide_path_secrets(record.getMessage())
 
 
 def _ids(record: logging.LogRecord) -> dict[str, str]:
@@ -92,38 +104,9 @@ class TextLogFormatter(logging.Formatter):
 LogFormat = Literal["text", "json"]
 
 
-#: What of a request's path is a secret: an enrolment link's (`/enrol/<id>.<secret>`), and
-#: the code and state an OpenID provider sends back.
-_PATH_SECRETS = (
-    (re.compile(r"(/enrol/[0-9a-f]{32})\.[A-Za-z0-9_-]+"), r"\1.…"),
-    (re.compile(r"([?&](?:code|state)=)[^&\s\"]+"), r"\1…"),
-)
-
-
-def hide_path_secrets(text: str) -> str:
-    for pattern, replacement in _PATH_SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-class HidePathSecrets(logging.Filter):
-    """No log line carries a link's secret: uvicorn's access log prints every request's
-    path, and an enrolment link (or a sign-in's code) is in the path."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                hide_path_secrets(a) if isinstance(a, str) else a for a in record.args
-            )
-        if isinstance(record.msg, str):
-            record.msg = hide_path_secrets(record.msg)
-        return True
-
-
 def configure_logging(log_format: LogFormat = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(TextLogFormatter() if log_format == "text" else JsonLogFormatter())
-    handler.addFilter(HidePathSecrets())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
