@@ -5,6 +5,10 @@ every few seconds; then the checker's figures (`bench.soak_check`).
     .venv/bin/python -m bench.soak                          # one instance, SQLite, a minute
     .venv/bin/python -m bench.soak --instances 3 --seconds 600 --clients 16   # the fleet
 
+The `browser` approvals are a person's: an approver of every client's principal, signed in
+(their session opened on the database, as a finished sign-in leaves it; the ceremonies are
+tested apart), deciding through the page's API behind the proxy like the clients.
+
 A fleet runs on a throwaway PostgreSQL server (Debian's `postgresql` package). Exit status 1
 when a figure that must be zero is not (hung requests, duplicated effects, approvals
 consumed twice, stranded executions, secrets found).
@@ -29,11 +33,12 @@ from pathlib import Path
 from bench import soak_report
 from bench.servers import LOCKGATE, lockgate_env
 from bench.soak_check import Figures, check
-from bench.soak_clients import ClientLog, SoakClient
+from bench.soak_clients import ClientLog, Person, SoakClient
 from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.db.connect import open_engine
 from lockgate.simulation.ports import free_port
 from lockgate.spec import ExecutionStatus as E
+from tests.support.people import people_of
 from tests.support.round_robin import serve_proxy
 
 #: How long executions left running may take to settle once the kills stop.
@@ -101,6 +106,13 @@ def create_key(env: dict[str, str], principal: str) -> str:
     return found.group(0)
 
 
+def signed_in_person(database_url: str, principals: list[str]) -> Person:
+    """The person who approves on the page: an approver of `principals`, signed in."""
+    with people_of(database_url) as people:
+        approver = people.add("Soak operator", principals=principals)
+        return Person(people.open_session(approver, "passkey").token)
+
+
 def settle(database_url: str) -> None:
     """Wait (bounded) until no execution is queued or running: recovery's work is done."""
     deadline = time.monotonic() + SETTLE_SECS
@@ -152,7 +164,9 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
         for instance in instances:
             instance.start()
         # Each client an agent of its own (a principal, with its own limits), as in the field.
-        keys = [create_key(env, f"agent-{n}") for n in range(args.clients)]
+        principals = [f"agent-{n}" for n in range(args.clients)]
+        keys = [create_key(env, principal) for principal in principals]
+        person = signed_in_person(database_url, principals)
         proxies = serve_proxy([i.base_url for i in instances], proxy_port)
         proxy = next(proxies)
 
@@ -169,7 +183,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
         thread.start()
         until = time.monotonic() + args.seconds
         clients = [
-            SoakClient(n, proxy.url, proxy.base_url, keys[n], args.seed)
+            SoakClient(n, proxy.url, proxy.base_url, keys[n], args.seed, person)
             for n in range(args.clients)
         ]
 
@@ -186,7 +200,9 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
             workdir / "notes",
             logs,
             [log for i in instances for log in i.logs],
-            [signing_key, canary],
+            # The person's session secret too: it is theirs alone (the database keeps
+            # its hash), so no row, log line or client's view may carry it.
+            [signing_key, canary, person.cookie.split(".", 1)[1]],
             kills,
         )
     finally:

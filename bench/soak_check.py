@@ -40,9 +40,9 @@ def check(
     database_url: str, notes_dir: Path, logs: Iterable[ClientLog], server_logs: Iterable[Path],
     secrets: Sequence[str], kills: int,
 ) -> Figures:  # fmt: skip
-    """The figures; `secrets` are the values the servers held that must appear in no row,
-    no server log and nothing a client saw (the approval-link signing key, the tools'
-    token)."""
+    """The figures; `secrets` are the values that must appear in no row, no server log and
+    nothing a client saw (the key that seals input_required states, the tools' token, the
+    approving person's session secret)."""
     clients = list(logs)
     requests: Counter[str] = Counter()
     operations: Counter[str] = Counter()

@@ -2,11 +2,13 @@
 doing a random mix of what agents and people do, and keeping its own log of every request.
 
 Operations, each on a note of its own: `approve` (execute a gated write, accept it),
-`decline` and `cancel` (the code catches the refusal), `browser` (the page's HTTP API with
-the link's token accepts it, then `resume` waits for the result) and `read` (a call the
+`decline` and `cancel` (the code catches the refusal), `browser` (a signed-in person accepts
+the call the answer's approval link names, through the page's API: the call as shown, then
+the decision naming its digest; then `resume` waits for the result) and `read` (a call the
 policy runs at once). A step that fails (a stream cut by a kill, an instance down) is
 retried as a robust client would: `execute` with its idempotency key attaches to the
-execution an earlier attempt started, and a decision sent again answers the same outcome.
+execution an earlier attempt started, and a decision sent again answers the same outcome
+(or, for the person, that the call was already decided).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from lockgate.machine.lost_report import REQUEST_LOST
+from lockgate.server.person_session import csrf_token
 
 OPERATIONS = ("approve", "decline", "cancel", "browser", "read")
 #: A request not answered (nor failed) within this is hung: it must never happen.
@@ -58,9 +61,29 @@ class GiveUp(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Person:
+    """The person who approves on the page: the session cookie their sign-in set (for a
+    public URL on http, so without the `__Host-` prefix)."""
+
+    cookie: str
+
+    def headers(self, origin: str) -> dict[str, str]:
+        """What the page's script sends with a decision: the cookie, its CSRF token, the
+        page's own origin."""
+        return {
+            "Cookie": f"lockgate_person={self.cookie}",
+            "X-CSRF-Token": csrf_token(self.cookie),
+            "Origin": origin,
+        }
+
+
 class SoakClient:
-    def __init__(self, n: int, url: str, base_url: str, key: str, seed: int) -> None:
+    def __init__(
+        self, n: int, url: str, base_url: str, key: str, seed: int, person: Person
+    ) -> None:
         self.n, self.url, self.base_url, self.key = n, url, base_url, key
+        self.person = person
         self.rng = random.Random(seed * 1000 + n)
         self.log = ClientLog()
         self._client: Client | None = None
@@ -125,19 +148,30 @@ class SoakClient:
         raise GiveUp()
 
     async def browser_accepts(self, paused: dict[str, Any]) -> None:
-        token = paused["interaction"]["approvalUrl"].rsplit("/", 1)[1]
+        """The person opens the call the link names and accepts what it shows."""
+        # `<base>/approve/<execution>/<call>`: the link names the call, and authorises nothing.
+        execution_id, call = paused["interaction"]["approvalUrl"].rsplit("/", 2)[-2:]
+        assert execution_id == paused["executionId"], paused
+        api = f"{self.base_url}/api/approvals/{execution_id}/{call}"
+        headers = self.person.headers(self.base_url)
         for _ in range(ATTEMPTS):
             try:
                 async with httpx2.AsyncClient(timeout=30.0) as http:
-                    answer = await http.post(
-                        f"{self.base_url}/api/executions/{paused['executionId']}/resume",
-                        headers={"X-Approval-Token": token, "Origin": self.base_url},
-                        json={"action": "accept"},
-                    )
-                if answer.status_code < 500:
-                    # Decided now, or by an earlier try whose answer was lost (the link is
-                    # used up then): the resume that follows says which.
+                    shown = await http.get(api, headers={"Cookie": headers["Cookie"]})
+                    answer = shown
+                    if shown.status_code == 200:
+                        digest = shown.json()["digest"]
+                        body = {"action": "accept", "digest": digest, "door": "page"}
+                        answer = await http.post(api, headers=headers, json=body)
+                if answer.status_code in (200, 409):
+                    # Decided now, or (409, already settled) by an earlier try whose answer
+                    # was lost: the resume that follows says which.
                     return
+                if answer.status_code < 500:
+                    # Refused (not signed in, not this principal's approver, ...): a broken
+                    # set-up, never something a retry mends.
+                    self.log.lines.append(f"person refused: {answer.status_code} {answer.text}")
+                    raise GiveUp()
             except httpx2.HTTPError:
                 pass
             await asyncio.sleep(0.2)

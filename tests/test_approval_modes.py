@@ -4,19 +4,23 @@ connection with `?approval=` on the MCP URL.
 
 Two principals on one server: `alice` under the server's `browser`, `ci` set to `model` by
 the operator. The model's own accept is refused for alice however her client asks, and
-allowed for ci unless ci's connection asks for a stricter mode.
+allowed for ci unless ci's connection asks for a stricter mode. Where a person must approve,
+a signed-in approver decides: neither the agent's key nor its approval link can.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
 
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, InvalidApprovalMode
+from tests.support.approvers_at import approver_at, links_base
 from tests.support.servers import (
     Deployment,
     create_key_directly,
@@ -86,9 +90,12 @@ def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> 
     assert not done.is_error and structured(done)["status"] == "completed", structured(done)
     assert listed["resume"].input_schema["properties"]["action"]["enum"][0] == "accept"
     assert len(writes_of(deployment, "ci")) == 1
-    # Its audit record names the door, the actor and the client.
+    # Its audit record names the door, the actor (the model, by its principal's key, no
+    # person) and the client.
     [record] = audit_lines(deployment, "ci")
-    assert (record["action"], record["door"], record["actor"]) == ("accept", "resume", "ci")
+    assert (record["action"], record["door"]) == ("accept", "resume")
+    assert (record["by"], record["actor"]) == ("model", "the model (ci's key)")
+    assert record["person"] is None
     assert isinstance(record["client"], dict) and record["client"]["name"]
     # ... unless its connection asks a person to approve.
     _, refused = run(accept(server.url + "?approval=native", ci, "ci-native"))
@@ -126,19 +133,34 @@ def test_browser_mode_holds_across_a_restart(deployment: Deployment) -> None:
     second = deployment.start(name="second", LOCKGATE_APPROVAL_MODE="browser")
     execution_id = waiting["executionId"]
 
+    url = waiting["interaction"]["approvalUrl"]
+    # The link from before the restart names the call (on the host links name); it
+    # authorises nothing: opened without a person signed in, it asks for one, and sent as
+    # a credential, it is refused.
+    path = urlsplit(url).path
+    assert url == f"{links_base(first.base_url)}{path}" and path.startswith(
+        f"/approve/{execution_id}/"
+    )
+    with httpx2.Client(timeout=30) as http:
+        opened = http.get(f"{links_base(second.base_url)}{path}")
+        assert opened.status_code == 303, opened.text
+        assert opened.headers["location"].startswith("/signin?next=")
+        as_link = http.post(
+            f"{second.base_url}/api/executions/{execution_id}/resume",
+            headers={"X-Approval-Token": path.removeprefix("/approve/")},
+            json={"action": "accept"},
+        )
+        assert as_link.status_code == 401, as_link.text
+        assert as_link.json()["error"]["code"] == "unauthorized"
+
     async def try_then_collect() -> tuple[Any, Any]:
         async with mcp_client(second.url, key, "2026-07-28") as client:
             refused = await client.call_tool(
                 "resume", {"executionId": execution_id, "action": "accept"}
             )
-            # The person approves on the page (the link from before the restart works).
-            url = waiting["interaction"]["approvalUrl"]
-            async with httpx2.AsyncClient(timeout=30) as http:
-                decided = await http.post(
-                    f"{second.base_url}/api/executions/{execution_id}/resume",
-                    headers={"X-Approval-Token": url.rsplit("/", 1)[1], "Origin": second.base_url},
-                    json={"action": "accept"},
-                )
+            # A person who approves alice's calls decides on the page.
+            with approver_at(deployment.database_url, second.base_url, ["alice"], "Ann") as ann:
+                decided = await asyncio.to_thread(ann.approve, url)
                 assert decided.status_code == 200, decided.text
             done = await client.call_tool("resume", {"executionId": execution_id})
             return refused, done
@@ -148,4 +170,6 @@ def test_browser_mode_holds_across_a_restart(deployment: Deployment) -> None:
     assert structured(done)["status"] == "completed", structured(done)
     assert len(writes_of(deployment, "browser-restart")) == 1
     [record] = audit_lines(deployment, "alice")
-    assert (record["action"], record["door"]) == ("accept", "approval_page")
+    assert (record["action"], record["door"], record["actor"]) == ("accept", "approval_page", "Ann")
+    assert record["by"] == "person" and record["person"]["name"] == "Ann"
+    assert record["person"]["signedInWith"] == "passkey"

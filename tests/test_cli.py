@@ -76,22 +76,32 @@ def test_db_upgrade_migrates_and_reports_errors_clearly(
     assert "s3cret" not in result.output
 
 
-def test_json_logs_never_carry_approval_tokens() -> None:
+def test_the_served_log_never_carries_an_enrolment_link_s_secret(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The log as `lockgate serve` sets it up: an access line for an enrolment link (whose
+    secret registers a passkey) keeps the path and drops the secret; an approval page's
+    path stays whole (it names a call and authorises nothing)."""
+    import json
     import logging
 
-    from lockgate.server.operations import JsonLogFormatter
+    from lockgate.server.operations import configure_logging
 
-    record = logging.LogRecord(
-        "uvicorn.access",
-        logging.INFO,
-        __file__,
-        1,
-        '%s - "%s %s HTTP/1.1" %d',
-        ("127.0.0.1:5", "GET", "/approve/abcDEF-123_x", 200),
-        None,
-    )
-    line = JsonLogFormatter().format(record)
-    assert "abcDEF-123_x" not in line and "/approve/<redacted>" in line
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    link_id, execution_id = "0f" * 16, "e2" * 16
+    try:
+        configure_logging("json")
+        access = logging.getLogger("lockgate.test.access")
+        for path in (f"/enrol/{link_id}.abcDEF-123_x", f"/approve/{execution_id}/1"):
+            access.info('%s - "%s %s HTTP/1.1" %d', "127.0.0.1:5", "GET", path, 200)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    enrolment, approval = capsys.readouterr().err.splitlines()
+    assert "abcDEF-123_x" not in enrolment, enrolment
+    assert f"GET /enrol/{link_id}." in json.loads(enrolment)["message"], enrolment
+    assert f"GET /approve/{execution_id}/1 " in json.loads(approval)["message"], approval
 
 
 def test_settings_come_from_the_environment_and_an_optional_file(

@@ -1,6 +1,9 @@
 """The README's first run works as written: a fresh `lockgate serve`, default settings, no
-secret configured, and a `tools.notes.write` approved by a person on the approval page writes
-the note; the agent's own accept is refused (the default approval mode is `native`).
+secret configured, prints the agent's API key and, apart from it, a passkey enrolment link for
+the person who approves ("Local operator", of principal `local`). That person registers a
+passkey with the link and approves a `tools.notes.write` on the approval page, and the note is
+written; the agent's own accept is refused (the default approval mode is `native`), and so is
+its approval link used as a credential: a link names a call, it authorises nothing.
 
 And the secret store still does its job for a source that needs a credential: the notes
 source given the token it must see (`expected_token`) declares the `notes_token` secret,
@@ -25,8 +28,10 @@ from lockgate.machine.runtime import Runtime
 from lockgate.machine.secrets import EnvironmentSecrets, environment_variable
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import TOKEN_SECRET, NotesSource
+from lockgate.simulation.passkey_authenticator import SoftAuthenticator
 from lockgate.simulation.ports import free_port
 from lockgate.spec import ExecutionStatus
+from tests.support.people import ENROLMENT_LINK, enrol_with_passkey
 from tests.support.servers import (
     LOCKGATE,
     MODES,
@@ -78,8 +83,15 @@ def fresh_fixture(tmp_path: Path) -> Iterator[LockgateServer]:
 def test_an_approved_note_write_works_on_a_fresh_server(
     fresh: LockgateServer, tmp_path: Path, mode: str
 ) -> None:
-    # The key the banner printed once is the only set-up the README asks for.
+    # The key the banner printed once is the only set-up the README asks for, and the
+    # enrolment link printed beside it is the person's.
     [key] = fresh.printed_keys()
+    banner = fresh.stdout()
+    assert "A person approves the agent's calls, not its key." in banner, banner
+    assert "No approver exists" not in banner, banner
+    [link] = list(ENROLMENT_LINK.finditer(banner))
+    people_url = link.group(0).split("/enrol/", 1)[0]
+    assert people_url == f"http://localhost:{fresh.port}", banner
     note = f"first-run-{mode}"
 
     async def ask() -> dict[str, Any]:
@@ -97,23 +109,35 @@ def test_an_approved_note_write_works_on_a_fresh_server(
     paused = run(ask())
     execution_id = str(paused["executionId"])
     url = str(paused["interaction"]["approvalUrl"])
-    # The agent's key cannot accept through the HTTP API either.
+    assert url == f"{people_url}/approve/{execution_id}/1", url
     api = f"{fresh.base_url}/api/executions/{execution_id}/resume"
     with httpx2.Client(timeout=30) as http:
+        # The agent's key cannot accept through the HTTP API either...
         by_key = http.post(
             api, headers={"Authorization": f"Bearer {key}"}, json={"action": "accept"}
         )
         assert by_key.status_code == 403, by_key.text
         assert by_key.json()["error"]["code"] == "forbidden"
-        # The person opens the link and approves on the page (what its button sends).
-        page = http.get(url)
-        assert page.status_code == 200 and "Approve" in page.text
-        approved = http.post(
+        # ... nor can its link, which asks whoever opens it to sign in.
+        by_link = http.post(
             api,
-            headers={"X-Approval-Token": url.rsplit("/", 1)[1], "Origin": fresh.base_url},
+            headers={"X-Approval-Token": url.rsplit("/approve/", 1)[1]},
             json={"action": "accept"},
         )
+        assert by_link.status_code == 401, by_link.text
+        opened = http.get(url)
+        assert opened.status_code == 303 and opened.headers["location"].startswith("/signin")
+
+    # The person registers a passkey with the printed link (signed in by it), opens the
+    # approval link and approves on the page (what its button sends).
+    person = enrol_with_passkey(people_url, link.group(1), SoftAuthenticator())
+    try:
+        page = person.get(url.removeprefix(people_url))
+        assert page.status_code == 200 and "Approve" in page.text, page.text
+        approved = person.approve(url)
         assert approved.status_code == 200, approved.text
+    finally:
+        person.close()
 
     async def collect() -> dict[str, Any]:
         async with mcp_client(fresh.url, key, mode) as client:
@@ -127,6 +151,19 @@ def test_an_approved_note_write_works_on_a_fresh_server(
     # Written where the default settings say, by the demo source itself.
     stored = json.loads((tmp_path / "lockgate-notes" / "notes.json").read_text())
     assert stored[note] == "v"
+    # The audit record names the person, and how they signed in.
+    exported = subprocess.run(
+        [str(LOCKGATE), "audit", "export"],
+        cwd=tmp_path,
+        env=first_run_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert exported.returncode == 0, exported.stderr
+    [record] = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert (record["door"], record["actor"]) == ("approval_page", "Local operator"), record
+    assert record["by"] == "person" and record["person"]["signedInWith"] == "passkey", record
 
 
 # -- a source that needs a secret, through the real secret store ---------------------------

@@ -1,7 +1,9 @@
 """What a real `lockgate serve` writes to stderr: JSON lines when stderr is not a terminal (or
 when asked), readable lines on a terminal (or when asked), and routine bookkeeping (lease
 heartbeats, a session's per-request begin and end, an answered request) below info, so the
-transitions an operator looks for are not drowned in them.
+transitions an operator looks for are not drowned in them. No line carries the secret of a
+link in a request's path (an enrolment link's, a sign-in's code and state; a served log's
+lines are checked for it in test_people_passkeys).
 """
 
 from __future__ import annotations
@@ -265,10 +267,21 @@ def record_with(message: str, args: tuple[object, ...], exc: bool = False) -> lo
 
 
 @pytest.mark.parametrize("name", ["JsonLogFormatter", "TextLogFormatter"])
-def test_both_formats_redact_approval_links_and_log_exceptions_by_type(name: str) -> None:
+def test_both_formats_hide_link_secrets_and_log_exceptions_by_type(name: str) -> None:
+    """An enrolment link's secret and an OpenID provider's code and state are cut from a
+    request's path; an approval page's path stays whole (it names a call, and is no secret)."""
     formatter: logging.Formatter = getattr(operations, name)()
-    line = formatter.format(record_with("GET %s", ("/approve/abcDEF-123_x",)))
-    assert "abcDEF-123_x" not in line and "/approve/<redacted>" in line
+    link_id, execution_id = "a1" * 16, "e2" * 16
+    for path, kept in (
+        (f"/enrol/{link_id}.abcDEF-123_x", f"/enrol/{link_id}."),
+        ("/signin/oidc/callback?state=st4te-x&code=c0de-y", "/signin/oidc/callback?state="),
+        (f"/approve/{execution_id}/1", f"/approve/{execution_id}/1"),
+    ):
+        record = record_with('%s - "%s %s HTTP/1.1" %d', ("127.0.0.1:5", "GET", path, 200))
+        line = formatter.format(record)
+        assert kept in line, line
+        for secret in ("abcDEF-123_x", "st4te-x", "c0de-y"):
+            assert secret not in line, line
     line = formatter.format(record_with("tool failed", (), exc=True))
     assert "ValueError" in line
     assert CANARY not in line and "Traceback" not in line and "\n" not in line

@@ -2,7 +2,7 @@
 put to the client's person in the client's own prompt, within the `execute` request, and
 the answer decides exactly that call. A client that cannot be asked, a dismissed prompt and
 a server killed while the prompt is open all leave the execution paused for the other doors
-(the page, `resume` from any session, after a restart).
+(the page, where a signed-in approver decides; `resume` from any session, after a restart).
 
 The servers run in the default approval mode, `native` (the test deployments otherwise run
 in `model`, whose clients stand in for the person).
@@ -21,6 +21,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from tests.support.approvers_at import approver_at, links_base
 from tests.support.raw_mcp import RawMCP
 from tests.support.servers import (
     Deployment,
@@ -59,9 +60,9 @@ def test_the_client_s_person_accepts_or_declines_within_the_request(
     server = deployment.start(LOCKGATE_APPROVAL_MODE="native")
     key = create_key_directly(deployment.database_url, "alice")
 
-    async def execute(person: Person, note: str) -> dict[str, Any]:
+    async def execute(person: Person, note: str, text: str = "v") -> dict[str, Any]:
         async with mcp_client(server.url, key, "legacy", elicitation_callback=person) as client:
-            answer = await client.call_tool("execute", {"code": write_code(note)})
+            answer = await client.call_tool("execute", {"code": write_code(note, text)})
             assert not answer.is_error, structured(answer)
             return structured(answer)
 
@@ -74,12 +75,28 @@ def test_the_client_s_person_accepts_or_declines_within_the_request(
     assert len(writes_of(deployment, "asked-yes")) == 1
     [record] = audit_lines(deployment, "alice")
     assert (record["door"], record["actor"]) == ("client_prompt", "the person at alice's client")
+    # The client's prompt: trusted as its person's, but no signed-in person the server knows.
+    assert record["by"] == "client" and record["person"] is None
 
     no = Person("decline")
     refused = run(execute(no, "asked-no"))
     assert refused["status"] == "completed", refused
     assert "declined by the approver" in refused["result"]["refused"]
     assert writes_of(deployment, "asked-no") == []
+
+    # Arguments longer than a prompt holds are cut there, and the prompt says so and names
+    # the page that shows them whole.
+    long = Person("decline")
+    cut = run(execute(long, "asked-long", "y" * 3000))
+    assert "declined by the approver" in cut["result"]["refused"], cut
+    [shown] = long.shown
+    page = f"{links_base(server.base_url)}/approve/{cut['executionId']}/1"
+    assert (
+        "[CUT: the arguments are longer than this prompt shows; read them all at "
+        f"{page} before you accept]"
+    ) in shown, shown
+    assert "y" * 3000 not in shown and len(shown) < 3000
+    assert writes_of(deployment, "asked-long") == []
 
     # Dismissed: nobody decided; the call waits, with its page, for another door.
     later = run(execute(Person("cancel"), "asked-later"))
@@ -135,12 +152,9 @@ def test_a_prompt_open_when_the_server_dies_leaves_the_call_for_the_other_doors(
             waiting = structured(await client.call_tool("execute", CALL))
             assert waiting["status"] == "waiting_for_interaction", waiting
             url = waiting["interaction"]["approvalUrl"]
-            async with httpx2.AsyncClient(timeout=30) as http:
-                decided = await http.post(
-                    f"{second.base_url}/api/executions/{waiting['executionId']}/resume",
-                    headers={"X-Approval-Token": url.rsplit("/", 1)[1], "Origin": second.base_url},
-                    json={"action": "accept"},
-                )
+            # A person who approves alice's calls decides it on its page.
+            with approver_at(deployment.database_url, second.base_url, ["alice"], "Ann") as ann:
+                decided = await asyncio.to_thread(ann.approve, url)
                 assert decided.status_code == 200, decided.text
             done = await client.call_tool("resume", {"executionId": waiting["executionId"]})
             return structured(done)
@@ -149,7 +163,8 @@ def test_a_prompt_open_when_the_server_dies_leaves_the_call_for_the_other_doors(
     assert done["status"] == "completed", done
     assert len(writes_of(deployment, "asked-then-killed")) == 1
     [record] = audit_lines(deployment, "alice")
-    assert (record["action"], record["door"]) == ("accept", "approval_page")
+    assert (record["action"], record["door"], record["actor"]) == ("accept", "approval_page", "Ann")
+    assert record["by"] == "person" and record["person"]["name"] == "Ann"
 
 
 # -- 2026-07-28: the person's answer comes with the client's retry (InputRequiredResult) --------
@@ -216,9 +231,11 @@ def test_the_retry_works_on_another_instance_after_a_restart_and_only_once(
     assert not done.is_error and structured(done)["status"] == "completed", structured(done)
     assert len(writes_of(deployment, "mrtr-moved")) == 1
 
-    # Replayed: the approval it names was used; nothing is made twice.
+    # Replayed: it decides nothing again, and answers what became of the execution; nothing
+    # is made twice.
     replayed = run(retry(asked.request_state))
-    assert replayed.is_error and "used" in text_of(replayed), text_of(replayed)
+    assert not replayed.is_error, text_of(replayed)
+    assert structured(replayed) == structured(done)
     # Tampered, or sent with another program: refused by the SDK's boundary (-32602).
     state = asked.request_state
     tampered = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
@@ -295,17 +312,14 @@ def test_a_url_mode_client_sends_its_person_to_the_page_and_the_request_goes_on(
             )
             assert agreed.status_code == 202, agreed.text
             assert writes_of(deployment, "by-url") == []  # opening the page decides nothing
-            # ...and approves there.
+            # ...and, signed in as an approver of alice's calls, approves there.
             execution_id = params["elicitationId"].split(":")[0]
-            decided = http.post(
-                f"{server.base_url}/api/executions/{execution_id}/resume",
-                headers={
-                    "X-Approval-Token": params["url"].rsplit("/", 1)[1],
-                    "Origin": server.base_url,
-                },
-                json={"action": "accept"},
-            )
-            assert decided.status_code == 200, decided.text
+            assert params["url"].startswith(
+                f"{links_base(server.base_url)}/approve/{execution_id}/"
+            ), params
+            with approver_at(deployment.database_url, server.base_url, ["alice"], "Ann") as ann:
+                decided = ann.approve(params["url"])
+                assert decided.status_code == 200, decided.text
             for message in map(_data, lines):
                 if message is not None:
                     seen.append(message)
@@ -319,4 +333,5 @@ def test_a_url_mode_client_sends_its_person_to_the_page_and_the_request_goes_on(
     assert result["result"] == {"written": {"key": "by-url", "written": True}}
     assert len(writes_of(deployment, "by-url")) == 1
     [record] = audit_lines(deployment, "alice")
-    assert record["door"] == "approval_page"
+    assert (record["door"], record["actor"]) == ("approval_page", "Ann")
+    assert record["by"] == "person" and record["person"]["name"] == "Ann"

@@ -295,7 +295,7 @@ def test_an_unknown_account_and_a_cancelled_sign_in(
         response_type="code",
         redirect_uri=RP_CLIENT.redirect_uris[0],
         scope=SCOPE,
-        code_challenge=create_s256_code_challenge(generate_token(48)),
+        code_challenge=create_s256_code_challenge(generate_token(48)),  # type: ignore[no-untyped-call]
         code_challenge_method="S256",
     )
     cancelled = query_of(sign_in_to_callback(browser, asked, "alice", cancel=True))

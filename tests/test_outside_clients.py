@@ -3,9 +3,10 @@ TypeScript SDK client (npm, pinned, run with the machine's node), the MCP Inspec
 command line (npm, pinned), and the Python SDK in each protocol era. Each lists the tools,
 executes code that pauses for approval, sees the server SIGKILLed and restarted, and then
 resumes: the TypeScript client from the same session and from a new one, the others from a
-new connection; a decline is caught by the code; a browser approval (the page's HTTP API
-with the link's token) is followed by a resume that collects the result. The notes tool's
-own log shows every approved write made exactly once and no declined one."""
+new connection; a decline is caught by the code; a browser approval (a signed-in approver
+of the principal, deciding the call the link names through the page's API) is followed by a
+resume that collects the result. The notes tool's own log shows every approved write made
+exactly once and no declined one, and the audit records name who decided each."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from tests.support.approvers_at import approver_at
 from tests.support.inspector_cli import inspect, inspector_fixture  # noqa: F401  (fixture)
 from tests.support.servers import (
     Deployment,
@@ -32,6 +33,7 @@ from tests.support.servers import (
     writes_of,
 )
 from tests.support.typescript_sdk import TS_CLIENT, ts_sdk_fixture  # noqa: F401  (fixture)
+from tests.test_approval_modes import audit_lines
 
 pytest_plugins = ["tests.support.servers"]
 
@@ -90,16 +92,12 @@ def python_sdk(url: str, key: str, mode: str) -> Call:
     return call
 
 
-def browser_approves(base_url: str, paused: dict[str, Any]) -> None:
-    """What the approval page does when the person presses Approve."""
-    token = paused["interaction"]["approvalUrl"].rsplit("/", 1)[1]
-    decided = httpx2.post(
-        f"{base_url}/api/executions/{paused['executionId']}/resume",
-        headers={"X-Approval-Token": token, "Origin": base_url},
-        json={"action": "accept"},
-        timeout=30,
-    )
-    assert decided.status_code == 200, decided.text
+def browser_approves(deployment: Deployment, base_url: str, paused: dict[str, Any]) -> None:
+    """What the approval page does when a signed-in approver of alice's calls presses
+    Approve on the page the answer's link names."""
+    with approver_at(deployment.database_url, base_url, ["alice"], "Ann") as ann:
+        decided = ann.approve(paused["interaction"]["approvalUrl"])
+        assert decided.status_code == 200, decided.text
 
 
 def through_a_restart(
@@ -133,13 +131,30 @@ def through_a_restart(
 
     paused, _ = call("execute", {"code": write_code(by_page)}, None)
     assert paused["status"] == "waiting_for_interaction", paused
-    browser_approves(second.base_url, paused)
+    browser_approves(deployment, second.base_url, paused)
     collected, _ = call("resume", {"executionId": paused["executionId"]}, None)
     assert collected["status"] == "completed", collected
 
     assert len(writes_of(deployment, approved)) == 1
     assert writes_of(deployment, declined) == []
     assert len(writes_of(deployment, by_page)) == 1
+    # The model decided through `resume` (approval mode `model`), the person on the page.
+    deciders = {
+        line["executionId"]: (
+            line["action"],
+            line["door"],
+            line["by"],
+            line["actor"],
+            line["person"],
+        )
+        for line in audit_lines(deployment, "alice")
+    }
+    model = "the model (alice's key)"
+    assert deciders[one["executionId"]] == ("accept", "resume", "model", model, None)
+    assert deciders[two["executionId"]] == ("decline", "resume", "model", model, None)
+    action, door, by, actor, person = deciders[paused["executionId"]]
+    assert (action, door, by, actor) == ("accept", "approval_page", "person", "Ann")
+    assert person is not None and person["name"] == "Ann"
 
 
 def test_the_typescript_sdk_client_across_a_restart(deployment: Deployment, ts_sdk: Path) -> None:

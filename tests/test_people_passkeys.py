@@ -108,11 +108,11 @@ def test_an_enrolment_link_outlives_sigkill_and_registers_one_passkey(
     # The passkey signs Bea in; nothing else does.
     signed = sign_in_with_passkey(base, device)
     assert signed.status_code == 200, signed.text
-    again = Approver(base, session_cookie(signed))
+    bea_again = Approver(base, session_cookie(signed))
     try:
-        assert again.inbox().json()["approver"] == "Bea"
+        assert bea_again.inbox().json()["approver"] == "Bea"
     finally:
-        again.close()
+        bea_again.close()
     with httpx2.Client(timeout=30) as http:
         options = http.post(
             f"{base}/signin/passkey/options", json={}, headers={"Origin": base}

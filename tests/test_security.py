@@ -2,23 +2,27 @@
 
 Every test talks to a real `lockgate serve` over loopback with raw HTTP, which is what an
 attacker has: bob holds a valid key of his own and guesses, replays and probes; nothing he
-receives may carry a byte of alice's. Here: replaying streams, stale approval links, DNS
-rebinding, existence oracles, revoked keys and /metrics. Hostile requests (huge and fuzzed
-bodies) and the per-principal limits are in test_security_hostile_requests.
+receives may carry a byte of alice's. Here: replaying streams, approval links (which name a
+call and authorise nothing: only a signed-in approver of the call's principal reads or
+decides it), DNS rebinding, existence oracles, revoked keys and /metrics. Hostile requests
+(huge and fuzzed bodies) and the per-principal limits are in test_security_hostile_requests.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
 
+from tests.support.approvers_at import approver_at
+from tests.support.people import Approver, call_of
 from tests.support.security_target import Target, legacy_headers
 from tests.support.servers import RawMCP, rpc_body, unique_key, write_code
 from tests.support.sse import sse_events
@@ -49,22 +53,30 @@ def read_stream(
         return response.status_code, "".join(chunks)
 
 
-def approval_token(answer: dict[str, Any]) -> str:
-    url = answer["interaction"]["approvalUrl"]
-    match = re.search(r"/approve/([A-Za-z0-9_-]+)", url)
-    assert match, url
-    return match.group(1)
-
-
 @dataclass
 class AlicePaused:
     """Alice's paused write, as her own stream carried it."""
 
     session_id: str
     execution_id: str
-    token: str
+    #: The call its approval link names.
+    call: int
+    #: The link's path, `/approve/<execution>/<call>`.
+    page: str
     event_ids: list[str]
     secret_bytes: list[str]
+
+
+@contextmanager
+def person(target: Target, name: str, *principals: str) -> Iterator[Approver]:
+    """A signed-in approver of `principals`' calls (the module's server is shared: each test
+    names its own person)."""
+    with approver_at(target.deployment.database_url, target.base_url, principals, name) as made:
+        yield made
+
+
+#: What a page or an answer shows of a call: none of it may reach someone who may not see it.
+CALL_CONTENT = ("import tools", "tools.notes", "notes.write", '"arguments"')
 
 
 def alice_pauses(target: Target, http: httpx2.Client) -> AlicePaused:
@@ -87,14 +99,27 @@ def alice_pauses(target: Target, http: httpx2.Client) -> AlicePaused:
     assert len(ids) >= 2, response.text  # the priming event and the answer
     answer = rpc_body(response)["result"]["structuredContent"]
     assert answer["status"] == "waiting_for_interaction", answer
-    token = approval_token(answer)
+    url = answer["interaction"]["approvalUrl"]
+    execution_id, call = call_of(url)
+    assert execution_id == answer["executionId"], url
     return AlicePaused(
         alice.session_id,
-        answer["executionId"],
-        token,
+        execution_id,
+        call,
+        urlsplit(url).path,
         ids,
-        [answer["executionId"], token, alice.session_id],
+        [execution_id, alice.session_id],
     )
+
+
+def waits(target: Target, http: httpx2.Client, execution_id: str, key: str) -> bool:
+    """Whether the execution still waits for its decision, as its principal's key reads it."""
+    view = http.get(
+        f"{target.base_url}/api/executions/{execution_id}",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert view.status_code == 200, view.text
+    return bool(view.json()["status"] == "waiting_for_interaction")
 
 
 def assert_none_of(secrets: list[str], *texts: str) -> None:
@@ -134,7 +159,7 @@ def test_bob_replays_nothing_of_alices_streams_however_he_guesses(
         for session in (bob.session_id, paused.session_id, None):
             headers = legacy_headers(target.bob, session, **{"Last-Event-ID": guess})
             status, text = read_stream(http, "GET", target.url, headers, budget=0.5)
-            assert_none_of([paused.token, paused.execution_id], text)
+            assert_none_of([paused.execution_id], text)
             assert status != 200 or session == bob.session_id, (guess, session, status, text)
             seen.append(text)
         posted = http.post(
@@ -143,7 +168,7 @@ def test_bob_replays_nothing_of_alices_streams_however_he_guesses(
             json={"jsonrpc": "2.0", "id": 7, "method": "ping"},
         )
         seen.append(posted.text)
-    # Alice's execution and approval link, through every other door bob has.
+    # Alice's execution, through every other door bob has.
     for path in (
         f"/api/executions/{paused.execution_id}",
         f"/api/executions/{paused.execution_id}/resume",
@@ -159,41 +184,63 @@ def test_bob_replays_nothing_of_alices_streams_however_he_guesses(
         seen.append(answer.text)
     resumed = bob.call_tool("resume", {"executionId": paused.execution_id, "action": "accept"})
     seen.append(resumed.text)
-    assert_none_of([paused.token, paused.session_id], *seen)
+    assert_none_of([paused.session_id], *seen)
     # The execution id bob typed himself comes back only in "no such execution".
     for text in seen:
         if paused.execution_id in text:
             assert "No execution" in text, text
 
-    # Alice's call is still hers to decide: nothing bob did decided it.
-    status, page = read_stream(http, "GET", f"{target.base_url}/approve/{paused.token}", {})
-    assert status == 200 and "Approve a call" in page
+    # Alice's call still waits for her approver: nothing bob did decided it.
+    assert waits(target, http, paused.execution_id, target.alice)
 
 
-# -- 6. a stale approval link reads nothing -------------------------------------------------------
+# -- 6. an approval link reads nothing; a person reads only their principals' calls -----------
 
 
-def test_a_link_whose_call_was_decided_elsewhere_reads_nothing(
+def test_a_link_reads_nothing_and_a_person_only_the_calls_they_approve(
     target: Target, http: httpx2.Client
 ) -> None:
     paused = alice_pauses(target, http)
-    token_headers = {"X-Approval-Token": paused.token}
-    pending = http.get(
-        f"{target.base_url}/api/executions/{paused.execution_id}", headers=token_headers
-    )
-    assert pending.status_code == 200 and pending.json()["status"] == "waiting_for_interaction"
-    # Alice decides with her key, through MCP: the link's call is no longer pending.
-    alice = RawMCP(http, target.url, target.alice, "legacy")
-    decided = alice.call_tool("resume", {"executionId": paused.execution_id, "action": "accept"})
-    assert rpc_body(decided)["result"]["structuredContent"]["status"] == "completed"
-    stale = http.get(
-        f"{target.base_url}/api/executions/{paused.execution_id}", headers=token_headers
-    )
-    assert stale.status_code == 409, stale.text
-    assert stale.json()["error"]["code"] == "already_settled"
-    for field in ("import tools", "result", "argsPreview", "tools.notes"):
-        assert field not in stale.text, stale.text
-    # Alice's key still reads it.
+    call_api = f"/api/approvals/{paused.execution_id}/{paused.call}"
+    # The link alone: the page asks for a sign-in, the API refuses it as a credential.
+    page = http.get(target.base_url + paused.page)
+    assert page.status_code == 303 and page.headers["location"].startswith("/signin?next=")
+    for path in (f"/api/executions/{paused.execution_id}", call_api):
+        as_link = http.get(
+            target.base_url + path, headers={"X-Approval-Token": paused.page.split("/", 2)[2]}
+        )
+        assert as_link.status_code == 401, as_link.text
+        assert as_link.json()["error"]["code"] == "unauthorized"
+        for text in (page.text, as_link.text):
+            assert not [c for c in CALL_CONTENT if c in text], text
+    # Bob's approver, signed in, is not alice's: refused, shown nothing of the call.
+    with person(target, "Bob's approver", "bob") as bobs:
+        for answer in (bobs.call(paused.execution_id, paused.call), bobs.get(paused.page)):
+            assert answer.status_code == 403, answer.text
+            assert "does not approve calls of alice" in answer.text
+            assert not [c for c in CALL_CONTENT if c in answer.text], answer.text
+        refused = bobs.decide(paused.execution_id, paused.call, digest="0" * 64)
+        assert refused.status_code == 403, refused.text
+    assert waits(target, http, paused.execution_id, target.alice)
+
+    with person(target, "Alice's approver", "alice") as ann:
+        shown = ann.call(paused.execution_id, paused.call)
+        assert shown.status_code == 200 and shown.json()["waiting"], shown.text
+        assert shown.json()["tool"] == "tools.notes.write"
+        # Alice decides with her key, through MCP (the target runs in approval mode `model`):
+        # the call no longer waits; the person still sees what it was, never its result.
+        alice = RawMCP(http, target.url, target.alice, "legacy")
+        decided = alice.call_tool(
+            "resume", {"executionId": paused.execution_id, "action": "accept"}
+        )
+        assert rpc_body(decided)["result"]["structuredContent"]["status"] == "completed"
+        stale = ann.call(paused.execution_id, paused.call)
+        assert stale.status_code == 200 and stale.json()["waiting"] is False, stale.text
+        assert "result" not in stale.json() and '"written": true' not in stale.text
+        late = ann.decide(paused.execution_id, paused.call, "decline")
+        assert late.status_code == 409, late.text
+        assert late.json()["error"]["code"] == "already_settled"
+    # Alice's key still reads it, as it ended.
     owner = http.get(
         f"{target.base_url}/api/executions/{paused.execution_id}",
         headers={"Authorization": f"Bearer {target.alice}"},
@@ -208,25 +255,29 @@ def test_the_approval_page_and_api_answer_only_to_their_own_host(
     target: Target, http: httpx2.Client
 ) -> None:
     paused = alice_pauses(target, http)
-    for path, headers in (
-        (f"/approve/{paused.token}", {}),
-        (f"/api/executions/{paused.execution_id}", {"X-Approval-Token": paused.token}),
-        (f"/api/executions/{paused.execution_id}", {"Authorization": f"Bearer {target.alice}"}),
-    ):
-        rebound = http.get(target.base_url + path, headers={**headers, "Host": "evil.example"})
-        assert rebound.status_code == 421, rebound.text
-        assert paused.execution_id not in rebound.text and "Approve" not in rebound.text
-        own = http.get(target.base_url + path, headers=headers)
-        assert own.status_code == 200, own.text
-    posted = http.post(
-        f"{target.base_url}/api/executions/{paused.execution_id}/resume",
-        headers={"X-Approval-Token": paused.token, "Host": "evil.example:80"},
-        json={"action": "accept"},
-    )
-    assert posted.status_code == 421, posted.text
-    # Still undecided.
-    page = http.get(f"{target.base_url}/approve/{paused.token}")
-    assert page.status_code == 200 and "Approve a call" in page.text
+    call_api = f"/api/approvals/{paused.execution_id}/{paused.call}"
+    with person(target, "Alice's rebinding approver", "alice") as ann:
+        for path, headers in (
+            (paused.page, ann.cookies()),
+            (call_api, ann.cookies()),
+            (f"/api/executions/{paused.execution_id}", {"Authorization": f"Bearer {target.alice}"}),
+        ):
+            rebound = ann.http.get(ann.base_url + path, headers={**headers, "Host": "evil.example"})
+            assert rebound.status_code == 421, rebound.text
+            assert paused.execution_id not in rebound.text and "Approve" not in rebound.text
+            own = ann.http.get(ann.base_url + path, headers=headers)
+            assert own.status_code == 200, own.text
+        digest = ann.call(paused.execution_id, paused.call).json()["digest"]
+        posted = ann.http.post(
+            ann.base_url + call_api,
+            headers={**ann.headers(), "Host": "evil.example:80"},
+            json={"action": "accept", "digest": digest},
+        )
+        assert posted.status_code == 421, posted.text
+        # Still undecided.
+        page = ann.get(paused.page)
+        assert page.status_code == 200 and "Approve a call" in page.text
+    assert waits(target, http, paused.execution_id, target.alice)
 
 
 # -- 8. no existence oracles --------------------------------------------------------------------
@@ -295,7 +346,7 @@ def test_a_revoked_keys_open_stream_is_closed(target: Target, http: httpx2.Clien
     assert again.status_code == 401
 
 
-def test_approval_links_die_with_the_key_they_were_issued_under(
+def test_a_revoked_key_decides_nothing_and_its_call_waits_for_a_person(
     target: Target, http: httpx2.Client
 ) -> None:
     dave = target.deployment.create_key("dave")
@@ -303,28 +354,36 @@ def test_approval_links_die_with_the_key_they_were_issued_under(
     raw = RawMCP(http, target.url, dave.secret, "legacy")
     paused = rpc_body(raw.call_tool("execute", {"code": write_code(unique_key())}))
     answer = paused["result"]["structuredContent"]
-    token, execution_id = approval_token(answer), answer["executionId"]
-    assert http.get(f"{target.base_url}/approve/{token}").status_code == 200
+    execution_id, call = call_of(answer["interaction"]["approvalUrl"])
     target.deployment.revoke_key(dave.id)
 
-    page = http.get(f"{target.base_url}/approve/{token}")
-    assert page.status_code == 403 and "no longer works" in page.text, page.text
-    api = http.get(
-        f"{target.base_url}/api/executions/{execution_id}", headers={"X-Approval-Token": token}
-    )
-    assert api.status_code == 403 and api.json()["error"]["code"] == "token_revoked", api.text
-    decide = http.post(
-        f"{target.base_url}/api/executions/{execution_id}/resume",
-        headers={"X-Approval-Token": token},
-        json={"action": "accept"},
-    )
-    assert decide.status_code == 403, decide.text
-    # Undecided: dave's remaining key still sees it waiting.
+    # The revoked key reads and decides nothing; nor does the link, with or without it.
+    revoked = {"Authorization": f"Bearer {dave.secret}"}
+    link = {"X-Approval-Token": f"{execution_id}/{call}"}
+    for method, path, headers in (
+        ("GET", f"/api/executions/{execution_id}", revoked),
+        ("POST", f"/api/executions/{execution_id}/resume", revoked),
+        ("POST", f"/api/executions/{execution_id}/resume", link),
+        ("POST", f"/api/executions/{execution_id}/resume", {**link, **revoked}),
+    ):
+        refused = http.request(
+            method,
+            target.base_url + path,
+            headers={**headers, "Content-Type": "application/json"},
+            content=b'{"action": "decline"}',
+        )
+        assert refused.status_code == 401, refused.text
+    # Undecided: dave's remaining key still sees it waiting, and his approver decides it.
+    assert waits(target, http, execution_id, other_dave_key.secret)
+    with person(target, "Dave's approver", "dave") as dan:
+        decided = dan.decide(execution_id, call, "decline")
+        assert decided.status_code == 200, decided.text
     view = http.get(
         f"{target.base_url}/api/executions/{execution_id}",
         headers={"Authorization": f"Bearer {other_dave_key.secret}"},
     )
-    assert view.json()["status"] == "waiting_for_interaction", view.text
+    assert view.json()["status"] == "completed", view.text
+    assert "declined" in json.dumps(view.json()["result"]), view.text
 
 
 def test_metrics_can_require_a_key_and_name_no_one(target: Target, http: httpx2.Client) -> None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from lockgate.server.tool_listing import SOURCE_TOOLS
+from tests.support.approvers_at import links_base
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,
@@ -84,7 +85,9 @@ def test_pause_then_accept_runs_the_call_once(shared: SharedServer, mode: str) -
             assert interaction["tool"] == "tools.notes.write"
             assert interaction["argsPreview"] == {"key": key, "text": "v"}
             assert "tools.notes.write" in interaction["message"]
-            assert interaction["approvalUrl"].startswith(f"{shared.base_url}/approve/")
+            # The link names the call (on the host a loopback server's links name).
+            page = f"{links_base(shared.base_url)}/approve/{execution_id}/1"
+            assert interaction["approvalUrl"] == page
             assert writes_of(shared.deployment, key) == [], "nothing runs before approval"
 
             result = await client.call_tool(

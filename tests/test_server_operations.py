@@ -220,7 +220,8 @@ def test_an_unknown_path_or_method_is_a_json_error_that_names_the_routes(
         assert wrong.json()["error"] == {
             "code": "method_not_allowed",
             "message": f"PUT is not accepted at /mcp; use {allowed}. The MCP endpoint is /mcp; "
-            "approval links are /approve/<token>; health is /healthz, /readyz and /metrics.",
+            "approval pages are /approve/<execution>/<call> and the inbox /approvals (for "
+            "people who sign in at /signin); health is /healthz, /readyz and /metrics.",
         }
 
 

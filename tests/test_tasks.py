@@ -93,7 +93,10 @@ def test_a_task_from_creation_to_completion_through_an_approval_across_a_restart
         }
         assert done["result"]["isError"] is False
         assert len(writes_of(deployment, "task-note")) == 1
-        assert audit_lines(deployment, "alice")[-1]["door"] == "task_update"
+        # Decided by the client's person (the client's own prompt, no signed-in approver).
+        record = audit_lines(deployment, "alice")[-1]
+        assert (record["door"], record["actor"]) == ("task_update", "the person at alice's client")
+        assert record["by"] == "client" and record["person"] is None
 
         # A repeated answer changes nothing.
         client.update(task_id, {"approval-1": {"action": "accept"}})
