@@ -26,7 +26,9 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from pydantic import JsonValue
 
 from lockgate.machine.approval_audit import PersonRef
 from lockgate.machine.db.people_queries import (
@@ -34,7 +36,13 @@ from lockgate.machine.db.people_queries import (
     DeleteApprover,
     IdentityTaken,
 )
-from lockgate.machine.db.schema import Approver, ApproverSession, Enrolment, Passkey
+from lockgate.machine.db.schema import (
+    Approver,
+    ApproverSession,
+    Enrolment,
+    Passkey,
+    SignInChallenge,
+)
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, ErrorCode, GuardRefused, LockgateError
 from lockgate.machine.records import RowRecord
@@ -49,6 +57,8 @@ log = logging.getLogger("lockgate.people")
 PASSKEY_ISSUER = "passkey"
 #: Rows one upkeep round expires at most.
 ROUND = 200
+#: Sign-ins in progress at once, for everyone (each a row until it is finished or expires).
+MAX_OPEN_SIGN_INS = 10_000
 #: Longest name and email accepted.
 MAX_NAME = 200
 MAX_EMAIL = 320
@@ -58,6 +68,10 @@ class ApproverProblem(LockgateError):
     """The operator's approver command cannot be done as asked."""
 
     code = ErrorCode.INVALID_INPUT
+
+
+class SignInsBusy(LockgateError):
+    code = ErrorCode.LIMIT_REACHED
 
 
 class ApproverNotFound(LockgateError):
@@ -409,6 +423,32 @@ class People:
         for row in self.sign_ins.active_sessions(approver_id):
             ended += self.sign_out(row.id)
         return ended
+
+    # -- sign-ins in progress -------------------------------------------------------------
+
+    def begin_sign_in(self, kind: str, data: dict[str, JsonValue], lasts: timedelta) -> str:
+        """A single-use challenge for a sign-in in progress (an OpenID Connect state, a
+        WebAuthn challenge) that any instance can finish within `lasts`: its id. Anyone may
+        start one, so the ones open at once are bounded (`MAX_OPEN_SIGN_INS`)."""
+        now = self.clock()
+        if self.sign_ins.open_challenges(now) >= MAX_OPEN_SIGN_INS:
+            raise SignInsBusy(
+                f"{MAX_OPEN_SIGN_INS} sign-ins are in progress here already.",
+                hint="Try again in a few minutes (unfinished ones expire).",
+            )
+        row_id = secrets.token_urlsafe(32)
+        self.sign_ins.save_challenge(
+            SignInChallenge(id=row_id, kind=kind, data=data, created_at=now, expires_at=now + lasts)
+        )
+        return row_id
+
+    def finish_sign_in(self, challenge_id: object, kind: str) -> dict[str, JsonValue] | None:
+        """The data of a sign-in in progress, taken once (None: unknown, of another kind,
+        finished already, or expired)."""
+        if not isinstance(challenge_id, str) or len(challenge_id) > 64:
+            return None
+        row = self.sign_ins.take_challenge(challenge_id, kind, self.clock())
+        return row.data if row is not None and isinstance(row.data, dict) else None
 
     # -- upkeep ---------------------------------------------------------------------------
 

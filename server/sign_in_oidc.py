@@ -35,7 +35,6 @@ from joserfc.errors import (
 )
 from joserfc.jwk import KeySet
 
-from lockgate.machine.db.schema import SignInChallenge
 from lockgate.machine.people import Issued, People
 from lockgate.server.sign_in_passkey import SignInRefused
 
@@ -137,17 +136,9 @@ class OidcSignIn:
     async def start(self, next_path: str) -> SignInStart:
         """Where to send the person's browser, and the state it must come back with."""
         provider = await self.provider()
-        state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        verifier = secrets.token_urlsafe(64)
-        now = self.people.clock()
-        self.people.sign_ins.save_challenge(
-            SignInChallenge(
-                id=state,
-                kind=OIDC,
-                data={"nonce": nonce, "verifier": verifier, "next": next_path},
-                created_at=now,
-                expires_at=now + ROUND_TRIP,
-            )
+        nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(64)
+        state = self.people.begin_sign_in(
+            OIDC, {"nonce": nonce, "verifier": verifier, "next": next_path}, ROUND_TRIP
         )
         scopes = " ".join(dict.fromkeys(["openid", *self.settings.oidc_scopes.split()]))
         url = prepare_grant_uri(
@@ -176,16 +167,16 @@ class OidcSignIn:
                 "This sign-in was not started in this browser (its state does not match).",
                 hint="Start again from the sign-in page.",
             )
-        row = self.people.sign_ins.take_challenge(state, OIDC, self.people.clock())
-        if row is None or not isinstance(row.data, dict):
+        data = self.people.finish_sign_in(state, OIDC)
+        if data is None:
             raise SignInRefused(
                 "This sign-in was finished already, or took too long (its state is used or "
                 "expired).",
                 hint="Start again from the sign-in page.",
             )
-        claims = await self._id_token(code, str(row.data["verifier"]), str(row.data["nonce"]))
+        claims = await self._id_token(code, str(data["verifier"]), str(data["nonce"]))
         approver = self._approver(claims)
-        return self.people.open_session(approver, OIDC), str(row.data.get("next") or "/approvals")
+        return self.people.open_session(approver, OIDC), str(data.get("next") or "/approvals")
 
     async def _id_token(self, code: str, verifier: str, nonce: str) -> dict[str, Any]:
         provider = await self.provider()

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import JsonValue
 from webauthn import (
     generate_authentication_options,
     generate_registration_options,
@@ -32,7 +33,6 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from lockgate.machine.db.schema import SignInChallenge
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.people import Issued, NewPasskey, People
 
@@ -55,33 +55,19 @@ class Passkeys:
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.rp_id = parts.hostname or "localhost"
 
-    def _challenge(self, kind: str, data: dict[str, Any]) -> tuple[str, bytes]:
+    def _challenge(self, kind: str, data: dict[str, JsonValue]) -> tuple[str, bytes]:
         challenge = secrets.token_bytes(32)
-        row_id = secrets.token_urlsafe(32)
-        now = self.people.clock()
-        self.people.sign_ins.save_challenge(
-            SignInChallenge(
-                id=row_id,
-                kind=kind,
-                data={**data, "challenge": bytes_to_base64url(challenge)},
-                created_at=now,
-                expires_at=now + CEREMONY,
-            )
-        )
-        return row_id, challenge
+        data = {**data, "challenge": bytes_to_base64url(challenge)}
+        return self.people.begin_sign_in(kind, data, CEREMONY), challenge
 
-    def _take(self, challenge_id: object, kind: str) -> dict[str, Any]:
-        row = (
-            self.people.sign_ins.take_challenge(challenge_id, kind, self.people.clock())
-            if isinstance(challenge_id, str) and len(challenge_id) <= 64
-            else None
-        )
-        if row is None or not isinstance(row.data, dict):
+    def _take(self, challenge_id: object, kind: str) -> dict[str, JsonValue]:
+        data = self.people.finish_sign_in(challenge_id, kind)
+        if data is None:
             raise SignInRefused(
                 "This passkey prompt was answered already, or it expired.",
                 hint="Start again from the page.",
             )
-        return row.data
+        return data
 
     # -- registration, through an enrolment link ------------------------------------------
 

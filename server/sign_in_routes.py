@@ -104,7 +104,7 @@ class SignInRoutes:
             )
         try:
             started = await self.oidc.start(safe_next(request.query_params.get("next")))
-        except SignInRefused as exc:
+        except LockgateError as exc:  # the provider, or too many sign-ins at once
             return self._refused_page(exc)
         response = RedirectResponse(started.redirect, status_code=303)
         # Lax: sent on the provider's top-level redirect back, and only to the callback.

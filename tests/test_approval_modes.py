@@ -20,7 +20,7 @@ import httpx2
 import pytest
 
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes, InvalidApprovalMode
-from tests.support.approvers_at import approver_at, links_base
+from tests.support.people import approver_at, links_base
 from tests.support.servers import (
     Deployment,
     create_key_directly,

@@ -21,7 +21,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.support.approvers_at import approver_at, links_base
+from tests.support.people import approver_at, links_base
 from tests.support.raw_mcp import RawMCP
 from tests.support.servers import (
     Deployment,

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.approvers_at import approver_at
 from tests.support.inspector_cli import inspect, inspector_fixture  # noqa: F401  (fixture)
+from tests.support.people import approver_at
 from tests.support.servers import (
     Deployment,
     create_key_directly,

@@ -17,6 +17,7 @@ from lockgate.machine.people import (
     EnrolmentRefused,
     NewPasskey,
     People,
+    SignInsBusy,
 )
 from lockgate.spec import ApproverSessionStatus as A
 from lockgate.spec import EnrolmentStatus as N
@@ -157,3 +158,25 @@ def test_removing_an_approver_signs_them_out_and_voids_their_links(people: Peopl
     lonely = people.add("Lonely", principals=["bob"])
     people.remove(lonely.id)  # nothing to end: removed all the same
     assert people.listing() == []
+
+
+def test_sign_ins_in_progress_are_single_use_and_bounded(
+    people: People, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = people.begin_sign_in("oidc", {"nonce": "n"}, timedelta(minutes=10))
+    assert people.finish_sign_in(started, "passkey_sign_in") is None  # another kind: gone
+    again = people.begin_sign_in("oidc", {"nonce": "n"}, timedelta(minutes=10))
+    assert people.finish_sign_in(again, "oidc") == {"nonce": "n"}
+    assert people.finish_sign_in(again, "oidc") is None  # once
+    late = people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    clock.advance(timedelta(minutes=11))
+    assert people.finish_sign_in(late, "oidc") is None  # expired
+    # Anyone may start one: how many are open at once is bounded.
+    monkeypatch.setattr("lockgate.machine.people.MAX_OPEN_SIGN_INS", 2)
+    people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    with pytest.raises(SignInsBusy, match="2 sign-ins are in progress"):
+        people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    clock.advance(timedelta(minutes=11))
+    people.expire_due()  # the unfinished ones are dropped
+    people.begin_sign_in("oidc", {}, timedelta(minutes=10))

@@ -17,12 +17,12 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.support.people import call_of, signed_in
+from tests.support.people import call_of, links_base, signed_in
 from tests.support.servers import (
     Deployment,
     create_key_directly,
     mcp_client,
-    pause,
+    paused_write,
     run,
     structured,
     unique_key,
@@ -36,16 +36,6 @@ pytestmark = pytest.mark.slow
 ACCEPT = {"action": "accept"}
 
 
-def localhost(base_url: str) -> str:
-    """The server's address by the name its links use (a passkey needs a host name)."""
-    return base_url.replace("127.0.0.1", "localhost")
-
-
-async def paused_write(url: str, key: str, note: str) -> dict[str, Any]:
-    async with mcp_client(url, key, "legacy") as client:
-        return await pause(client, note)
-
-
 async def outcome(url: str, key: str, execution_id: str) -> dict[str, Any]:
     async with mcp_client(url, key, "2026-07-28") as client:
         return structured(await client.call_tool("resume", {"executionId": execution_id}))
@@ -56,7 +46,7 @@ def test_nothing_an_agent_holds_decides_its_own_call(deployment: Deployment, mod
     server = deployment.start(LOCKGATE_APPROVAL_MODE=mode)
     alice = create_key_directly(deployment.database_url, "alice")
     bob = create_key_directly(deployment.database_url, "bob")
-    base = localhost(server.base_url)
+    base = links_base(server.base_url)
     note = unique_key()
 
     waiting = run(paused_write(server.url, bob, note))

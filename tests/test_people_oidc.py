@@ -18,7 +18,6 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -38,8 +37,7 @@ from tests.support.people import Approver, call_of, session_cookie
 from tests.support.servers import (
     Deployment,
     create_key_directly,
-    mcp_client,
-    pause,
+    paused_write,
     run,
     unique_key,
     writes_of,
@@ -132,11 +130,6 @@ def signed_in_as(setup: Setup, account: OidcAccount) -> Approver:
     assert landed.status_code == 200, landed.text
     assert texts(landed.text).by_id["title"] == "Signed in"
     return Approver(setup.base, session_cookie(landed), account.name, http=browser)
-
-
-async def paused_write(url: str, key: str, note: str) -> dict[str, Any]:
-    async with mcp_client(url, key, "legacy") as client:
-        return await pause(client, note)
 
 
 def test_each_approver_decides_their_own_principal_s_calls_only(setup: Setup) -> None:

@@ -31,6 +31,7 @@ from tests.support.people import (
     ENROLMENT_LINK,
     Approver,
     enrol_with_passkey,
+    links_base,
     session_cookie,
     sign_in_with_passkey,
 )
@@ -39,7 +40,7 @@ from tests.support.servers import (
     Deployment,
     create_key_directly,
     mcp_client,
-    pause,
+    paused_write,
     run,
     settle,
     structured,
@@ -50,15 +51,6 @@ from tests.support.servers import (
 pytest_plugins = ["tests.support.servers"]
 
 pytestmark = pytest.mark.slow
-
-
-def localhost(base_url: str) -> str:
-    return base_url.replace("127.0.0.1", "localhost")
-
-
-async def paused_write(url: str, key: str, note: str) -> dict[str, Any]:
-    async with mcp_client(url, key, "legacy") as client:
-        return await pause(client, note)
 
 
 async def outcome(url: str, key: str, execution_id: str) -> dict[str, Any]:
@@ -79,7 +71,7 @@ def test_an_enrolment_link_outlives_sigkill_and_registers_one_passkey(
     found = ENROLMENT_LINK.search(added.stdout)
     assert found is not None, added.stdout
     token = found.group(1)
-    base = localhost(server.base_url)
+    base = links_base(server.base_url)
     assert f"{base}/enrol/{token}" in added.stdout
 
     # The link is durable: a SIGKILL and another process later, it still opens.
@@ -165,7 +157,7 @@ def test_the_first_start_enrols_a_passkey_in_chromium_which_then_approves(
     printed = server.stdout()
     keys, links = set(KEY_PATTERN.findall(printed)), ENROLMENT_LINK.finditer(printed)
     [key], [link] = keys, [m.group(0) for m in links]
-    base = localhost(server.base_url)
+    base = links_base(server.base_url)
     assert link.startswith(f"{base}/enrol/")
     assert link.rsplit(".", 1)[1] not in server.stderr()  # on the terminal, never a log
 

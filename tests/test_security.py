@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
-from tests.support.approvers_at import approver_at
-from tests.support.people import Approver, call_of
+from tests.support.people import Approver, approver_at, call_of
 from tests.support.security_target import Target, legacy_headers
 from tests.support.servers import RawMCP, rpc_body, unique_key, write_code
 from tests.support.sse import sse_events

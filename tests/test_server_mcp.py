@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from lockgate.server.tool_listing import SOURCE_TOOLS
-from tests.support.approvers_at import links_base
+from tests.support.people import links_base
 from tests.support.polling import wait_for
 from tests.support.servers import (
     MODES,

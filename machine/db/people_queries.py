@@ -231,6 +231,17 @@ class SignInQueries(Queries):
         with self._writing() as s:
             s.add(row)
 
+    def open_challenges(self, now: datetime) -> int:
+        """How many sign-ins are in progress (unexpired challenges)."""
+        with self._session() as s:
+            return int(
+                s.exec(
+                    select(func.count())
+                    .select_from(SignInChallenge)
+                    .where(col(SignInChallenge.expires_at) > now)
+                ).one()
+            )
+
     def take_challenge(self, challenge_id: str, kind: str, now: datetime) -> SignInChallenge | None:
         """The challenge, deleted so that nobody takes it again; None when there is none of
         that kind, or it expired (an expired one is deleted too)."""

@@ -114,6 +114,12 @@ async def pause(client: Client, key: str) -> dict[str, Any]:
     return paused
 
 
+async def paused_write(url: str, key: str, note: str, mode: str = "legacy") -> dict[str, Any]:
+    """A client of its own executes a write (`note`) that pauses for approval."""
+    async with mcp_client(url, key, mode) as client:
+        return await pause(client, note)
+
+
 async def settle(client: Client, execution_id: str, timeout: float = 30.0) -> Any:
     """`resume` without an action until the execution is no longer `running`. Each call waits
     up to the server's budget, so this polls without sleeping."""

@@ -120,6 +120,25 @@ class Approver:
         return self.get("/api/approvals")
 
 
+def links_base(base_url: str) -> str:
+    """Where a loopback server's links point: its base URL with `localhost` for its host (the
+    tests start servers on 127.0.0.1; a passkey needs a host name, so the links say
+    `localhost`, and a decision's Origin is checked against that)."""
+    return base_url.replace("://127.0.0.1:", "://localhost:")
+
+
+@contextmanager
+def approver_at(
+    database_url: str, base_url: str, principals: Sequence[str], name: str = "Ann Approver"
+) -> Iterator[Approver]:
+    """A new approver of `principals`, signed in, deciding on the server at `base_url`."""
+    person = signed_in(database_url, links_base(base_url), name, principals)
+    try:
+        yield person
+    finally:
+        person.close()
+
+
 def call_of(approval_url: str) -> tuple[str, int]:
     """(execution id, call) of an approval URL, `<base>/approve/<execution>/<call>`."""
     execution_id, call = approval_url.rsplit("/approve/", 1)[1].split("/")
