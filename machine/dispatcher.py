@@ -425,8 +425,13 @@ class Dispatcher:
         """Run the tool with its secrets resolved now; nothing it returns or raises is kept
         before every secret value is scrubbed from it."""
         try:
+            # A source the principal added itself reads only that principal's secrets.
+            owned = tool.spec.owner is not None
             secrets = self.secrets.resolve(
-                tool.spec.secrets, principal=ex.typed.principal_id, source=tool.spec.source
+                tool.spec.secrets,
+                principal=ex.typed.principal_id,
+                source=tool.spec.source,
+                own_only=owned,
             )
         except MissingSecret as exc:
             return _Dispatched(error=exc.message)

@@ -1,6 +1,7 @@
 """Which tool calls run at once, which wait for a person, and which never run.
 
-A policy is a list of rules keyed by a pattern over tool full names (`source.name`). Among the
+A policy is a list of rules keyed by a pattern over tool full names (`source.name`, or
+`principal:source.name` for a source a principal added). Among the
 rules that match a tool the most restrictive wins, so adding a rule can only tighten what an
 operator already wrote for a narrower pattern, never silently loosen it. A tool no rule
 matches keeps its own `default_policy`.
@@ -41,8 +42,13 @@ _RESTRICTIVENESS = {
 }
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_PATTERN_RE = re.compile(rf"\*|{_IDENT}\.\*|{_IDENT}\.{_IDENT}")
-PATTERN_FORMS = "'*', 'source.*' or 'source.name' (without the 'tools.' prefix)"
+#: A principal's name, as the owner of a source it added (`server/keys.py`).
+_OWNER = r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}:"
+_PATTERN_RE = re.compile(rf"\*|(?:{_OWNER})?{_IDENT}\.\*|(?:{_OWNER})?{_IDENT}\.{_IDENT}")
+PATTERN_FORMS = (
+    "'*', 'source.*' or 'source.name' (without the 'tools.' prefix), or for a source a "
+    "principal added, 'principal:source.*' or 'principal:source.name'"
+)
 
 #: What a rule's condition may name: a tool's `operation` (see `ToolSpec.operation`).
 HTTP_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
@@ -157,8 +163,8 @@ class PolicyRule(BaseModel):
         if self.pattern == "*":
             return True
         if self.pattern.endswith(".*"):
-            return spec.full_name.startswith(self.pattern[:-1])
-        return spec.full_name == self.pattern
+            return spec.policy_name.startswith(self.pattern[:-1])
+        return spec.policy_name == self.pattern
 
     @property
     def target(self) -> str:

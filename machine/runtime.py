@@ -105,6 +105,7 @@ def source_catalog(
         http_limits(settings),
         secrets,
         settings.max_sources_per_principal,
+        allowed_networks=settings.allowed_networks,
     )
     builder.append(catalog)
     if admin is not None:
@@ -315,7 +316,9 @@ class Runtime:
         interval = min(1.0, self.settings.heartbeat_interval.total_seconds())
         while not self._stop.is_set() and not self.fenced.is_set():
             try:
-                sent = self.engine.webhooks.deliver_due()
+                sent = self.engine.webhooks.deliver_due(
+                    at_once=self.settings.webhook_concurrency
+                )
             except Exception:
                 log.exception("delivering webhook events failed; retrying")
                 sent = 0

@@ -25,7 +25,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from lockgate.machine.db.schema import StoredSecret
 from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.errors import ErrorCode, LockgateError
-from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
+from lockgate.machine.secrets import OWN_ONLY_HINT, EnvironmentSecrets, MissingSecret, SecretStore
 from lockgate.machine.settings import Settings
 
 KEY_SETTING = "LOCKGATE_SECRETS_KEY"
@@ -148,11 +148,18 @@ class StoredSecrets:
         self.fallback = fallback if fallback is not None else EnvironmentSecrets()
 
     def resolve(
-        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+        self,
+        names: Sequence[str],
+        *,
+        principal: str | None = None,
+        source: str | None = None,
+        own_only: bool = False,
     ) -> dict[str, str]:
         found: dict[str, str] = {}
         bound_elsewhere: list[str] = []
         rows = self.queries.named(names, principal)
+        if own_only:  # a principal's own source: its principal's rows, and nothing else
+            rows = [row for row in rows if principal is not None and row.principal_id == principal]
         # A principal's own secret shadows the global one of the same name.
         chosen = {row.name: row for row in sorted(rows, key=lambda r: r.principal_id is not None)}
         for name, row in chosen.items():
@@ -167,6 +174,9 @@ class StoredSecrets:
             found[name] = self.cipher.decrypt(row.ciphertext, name)
         rest = [n for n in names if n not in found and n not in bound_elsewhere]
         missing = list(bound_elsewhere)
+        if own_only:
+            missing += rest
+            rest = []
         if rest:
             try:
                 found.update(self.fallback.resolve(rest, principal=principal, source=source))
@@ -175,7 +185,9 @@ class StoredSecrets:
         if missing:
             raise MissingSecret(
                 missing,
-                hint="Store it with `lockgate secrets set <name>` (for this principal or "
+                hint=OWN_ONLY_HINT
+                if own_only
+                else "Store it with `lockgate secrets set <name>` (for this principal or "
                 "everyone, and for this tool's source or any).",
             )
         return found

@@ -39,11 +39,26 @@ class MissingSecret(LockgateError):
 
 class SecretStore(Protocol):
     def resolve(
-        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+        self,
+        names: Sequence[str],
+        *,
+        principal: str | None = None,
+        source: str | None = None,
+        own_only: bool = False,
     ) -> dict[str, str]:
         """The value of every name for a call by `principal` of a tool of `source` (None:
-        outside any call, e.g. a source's start-up), or MissingSecret naming all absent."""
+        outside any call, e.g. a source's start-up), or MissingSecret naming all absent.
+        `own_only`: for a source `principal` added itself, only secrets stored for
+        `principal` (never the operator's: global ones, environment variables)."""
         ...
+
+
+#: Why a principal's own source found none of the operator's secrets.
+OWN_ONLY_HINT = (
+    "A source your principal added uses only secrets stored for your principal (never the "
+    "operator's global ones or environment variables): ask the operator to store it with "
+    "`lockgate secrets set <name> --principal <you> [--source <that source>]`."
+)
 
 
 def environment_variable(name: str, prefix: str = "LOCKGATE_SECRET_") -> str:
@@ -65,9 +80,17 @@ class EnvironmentSecrets:
         self._environ = environ
 
     def resolve(
-        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+        self,
+        names: Sequence[str],
+        *,
+        principal: str | None = None,
+        source: str | None = None,
+        own_only: bool = False,
     ) -> dict[str, str]:
-        """The operator's variables: the same for every principal and source."""
+        """The operator's variables: the same for every principal and source, and never a
+        principal's own source's."""
+        if own_only and names:
+            raise MissingSecret(list(names), hint=OWN_ONLY_HINT)
         environ = os.environ if self._environ is None else self._environ
         found: dict[str, str] = {}
         missing: list[str] = []
@@ -94,8 +117,16 @@ class StaticSecrets:
         self._mapping = dict(mapping)
 
     def resolve(
-        self, names: Sequence[str], *, principal: str | None = None, source: str | None = None
+        self,
+        names: Sequence[str],
+        *,
+        principal: str | None = None,
+        source: str | None = None,
+        own_only: bool = False,
     ) -> dict[str, str]:
+        """The mapping is everyone's: a principal's own source gets none of it."""
+        if own_only and names:
+            raise MissingSecret(list(names), hint=OWN_ONLY_HINT)
         missing = [name for name in names if not self._mapping.get(name)]
         if missing:
             raise MissingSecret(missing)

@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.settings_approvers import ApproverSettings
+from lockgate.machine.settings_outbound import OutboundSettings
 from lockgate.machine.settings_webhooks import WebhookSettings
 
 #: The shortest accepted signing key: 32 random characters carry 128 bits or more (even
@@ -28,7 +29,7 @@ LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "localhost"})
 MAKE_A_SIGNING_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
-class Settings(ApproverSettings, WebhookSettings):
+class Settings(ApproverSettings, WebhookSettings, OutboundSettings):
     model_config = SettingsConfigDict(
         env_prefix="LOCKGATE_",
         # An optional file of the same variables (KEY=value lines); the environment wins.
@@ -255,23 +256,6 @@ class Settings(ApproverSettings, WebhookSettings):
         "a URL, or the document itself) and an optional `base_url`. See the README's "
         "'Connect your API'.",
     )
-    http_timeout_secs: float = Field(
-        default=30.0,
-        gt=0,
-        description="How long a tool's outbound HTTP call (and fetching a source's document) "
-        "may take before it fails.",
-    )
-    http_max_response_bytes: int = Field(
-        default=1024 * 1024,
-        ge=1,
-        description="The largest HTTP response a tool call reads; a larger one fails the call.",
-    )
-    http_max_redirects: int = Field(
-        default=5,
-        ge=0,
-        description="Redirects an outbound HTTP call follows before it fails.",
-    )
-
     # -- per-principal bounds (sandbox) --
     sandbox_workers: int = Field(
         default=4,

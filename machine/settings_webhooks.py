@@ -32,6 +32,13 @@ class WebhookSettings(BaseSettings):
         default=timedelta(seconds=2),
         description="The first retry's delay; each next one doubles, up to an hour.",
     )
+    webhook_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="How many events one instance sends at once: a slow receiver holds one "
+        "attempt (up to LOCKGATE_WEBHOOK_TIMEOUT, its whole bound), not the others.",
+    )
     webhook_max_attempts: int = Field(
         default=16, ge=1, description="Attempts before an event is abandoned."
     )

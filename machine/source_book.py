@@ -88,9 +88,10 @@ class SourceBook:
         #: Rows that could not be built, and when to try again.
         self._failed: dict[str, float] = {}
         self._lock = threading.Lock()
-        #: One refresh at a time: building a source may take a while (an upstream to reach)
-        #: and must not happen twice.
-        self._building = threading.Lock()
+        #: One refresh at a time per principal: building a source may take a while (an
+        #: upstream to reach, within LOCKGATE_HTTP_TIMEOUT_SECS) and must not happen twice;
+        #: one principal's slow upstream never holds another principal's look-up.
+        self._building: dict[str | None, threading.Lock] = {}
 
     def registry_for(self, principal: str | None) -> ToolRegistry:
         """The tools `principal`'s code can call (None: the configured and global ones)."""
@@ -102,7 +103,9 @@ class SourceBook:
             if cached is not None and cached.checked_until > now:
                 self._cache.move_to_end(principal)
                 return cached.registry
-        with self._building:
+        with self._lock:
+            building = self._building.setdefault(principal, threading.Lock())
+        with building:
             ids = self._stored.ids_applying_to(principal)
             with self._lock:
                 cached = self._cache.get(principal)
@@ -114,7 +117,10 @@ class SourceBook:
                 self._cache[principal] = _Cached(now + self._refresh, ids, registry)
                 self._cache.move_to_end(principal)
                 while len(self._cache) > CACHED_PRINCIPALS:
-                    self._cache.popitem(last=False)
+                    evicted, _ = self._cache.popitem(last=False)
+                    held = self._building.get(evicted)
+                    if held is not None and not held.locked():
+                        del self._building[evicted]
                 unused = self._unused()
             close_sources(unused)
         return registry
@@ -134,6 +140,9 @@ class SourceBook:
                     continue
                 try:
                     source = self._build(row)
+                    if row.principal_id is not None and not row.by_operator:
+                        # A source the principal added itself, its tools marked as such.
+                        source = OwnedSource(source, row.principal_id)
                 except InvalidToolSource as exc:
                     self._failed[row_id] = now + RETRY_SECS
                     log.warning(
@@ -145,8 +154,13 @@ class SourceBook:
                         exc.message,
                     )
                     continue
-                self._failed.pop(row_id, None)
-                self._built[row_id] = source
+                with self._lock:
+                    self._failed.pop(row_id, None)
+                    # Another principal's look-up built the same global source meanwhile.
+                    earlier = self._built.setdefault(row_id, source)
+                if earlier is not source:
+                    close_sources([source])
+                    source = earlier
             try:
                 registry.register(source)
             except InvalidToolSource as exc:  # a name clash the catalog could not prevent
@@ -184,6 +198,33 @@ class SourceBook:
             self._built.clear()
             self._cache.clear()
         close_sources([*self.configured, *built])
+
+
+class OwnedTool:
+    """A tool of a source a principal added: the same tool, its spec naming its owner (its
+    calls then read only that principal's secrets: `Dispatcher`; policy rules name it
+    `owner:source.name`: `PolicyRule`)."""
+
+    def __init__(self, tool: Tool, owner: str) -> None:
+        self._tool = tool
+        self.spec = tool.spec.model_copy(update={"owner": owner})
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        return self._tool.call(arguments, context)
+
+
+class OwnedSource:
+    """A source a principal added, its tools marked with their owner."""
+
+    def __init__(self, source: ToolSource, owner: str) -> None:
+        self.name, self.owner, self._source = source.name, owner, source
+        self._tools = [OwnedTool(tool, owner) for tool in source.tools()]
+
+    def tools(self) -> list[OwnedTool]:
+        return self._tools
+
+    def close(self) -> None:
+        close_sources([self._source])
 
 
 class GoneTool:
@@ -225,6 +266,8 @@ __all__ = [
     "CACHED_PRINCIPALS",
     "RETRY_SECS",
     "GoneTool",
+    "OwnedSource",
+    "OwnedTool",
     "SourceBook",
     "as_source_book",
     "close_sources",

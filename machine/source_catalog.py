@@ -31,13 +31,16 @@ from lockgate.machine.tools.spec import ToolSource
 
 if TYPE_CHECKING:
     from lockgate.machine.tools.http_calls import HttpLimits
+    from lockgate.machine.tools.outbound import IPNetwork
 
 #: The largest settled table (an OpenAPI document as text, mostly) one stored source may
 #: have: GitHub's whole REST API is about 10 MB.
 MAX_STORED_SOURCE_BYTES = 16 * 1024 * 1024
 
-#: Where a stored source's table is built from: its documents are text, no file is named.
+#: Where a stored source's table is built from: its documents are text, no file is named;
+#: a principal's own is held to what a principal may send (no command, no YAML alias).
 STORED = Origin("the database", None)
+STORED_OWNED = Origin("the database", None, commands=False)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,9 @@ class SourceSummary:
 
 
 class _PrincipalSecrets:
-    """`secrets` as a principal's source reads them while it is added (a GraphQL
-    endpoint's introspection): that principal's own, then the global ones."""
+    """`secrets` as a source reads them while it is added or built (a GraphQL endpoint's
+    introspection): a principal's source its principal's own only; a global one the
+    operator's."""
 
     def __init__(self, secrets: SecretStore, principal: str | None) -> None:
         self._secrets, self._principal = secrets, principal
@@ -67,8 +71,14 @@ class _PrincipalSecrets:
         *,
         principal: str | None = None,
         source: str | None = None,
+        own_only: bool = False,
     ) -> dict[str, str]:
-        return self._secrets.resolve(names, principal=self._principal, source=source)
+        return self._secrets.resolve(
+            names,
+            principal=self._principal,
+            source=source,
+            own_only=own_only or self._principal is not None,
+        )
 
 
 class SourceCatalog:
@@ -80,9 +90,17 @@ class SourceCatalog:
         secrets: SecretStore,
         max_per_principal: int,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        allowed_networks: tuple[IPNetwork, ...] = (),
     ) -> None:
         self.stored, self.book, self.limits, self.secrets = stored, book, limits, secrets
         self.max_per_principal, self.clock = max_per_principal, clock
+        #: A principal's sources reach public addresses only (and the allowed networks).
+        self.principal_limits = limits.for_principal(allowed_networks)
+
+    def limits_for(self, principal: str | None) -> HttpLimits:
+        """The operator's sources reach what they name; a principal's, public addresses."""
+        return self.limits if principal is None else self.principal_limits
 
     def build(self, row: StoredSource) -> ToolSource:
         """The source a stored row describes (for `SourceBook`)."""
@@ -90,8 +108,13 @@ class SourceCatalog:
         from lockgate.machine.tools.source_file import build_source
 
         config = row.config if isinstance(row.config, dict) else {}
+        owner = owner_of(row)
         return build_source(
-            row.kind, config, STORED, self.limits, _PrincipalSecrets(self.secrets, row.principal_id)
+            row.kind,
+            config,
+            STORED if owner is None else STORED_OWNED,
+            self.limits_for(owner),
+            _PrincipalSecrets(self.secrets, owner),
         )
 
     def add(
@@ -101,9 +124,13 @@ class SourceCatalog:
         *,
         principal: str | None,
         origin: Origin,
+        by_operator: bool = False,
     ) -> SourceSummary:
         """Check and store a source for `principal` (None: everyone). Adding the same
-        source again is no change (a retried call); another under a taken name is refused."""
+        source again is no change (a retried call); another under a taken name is refused.
+        `by_operator`: the operator added it (`lockgate sources add`); otherwise it is the
+        principal's own, held to what a principal may reach."""
+        owner = None if by_operator else principal
         if kind not in SOURCE_KINDS:
             raise InvalidToolSource(
                 f"unknown kind of source {kind!r}", hint="A source is openapi, graphql or mcp."
@@ -114,7 +141,11 @@ class SourceCatalog:
         if isinstance(name, str):
             self._check_free(name, principal)
         config, source = settled_source(
-            kind, entry, origin, self.limits, _PrincipalSecrets(self.secrets, principal)
+            kind,
+            entry,
+            origin,
+            self.limits_for(owner),
+            _PrincipalSecrets(self.secrets, owner),
         )
         tools = len(source.tools())
         close_sources([source])  # each instance builds its own from the stored table
@@ -132,6 +163,7 @@ class SourceCatalog:
             kind=kind,
             config=config,
             created_at=self.clock(),
+            by_operator=principal is None or by_operator,
         )
         most = self.max_per_principal if principal is not None else None
         stored = self.stored.add(row, most=most)
@@ -152,24 +184,30 @@ class SourceCatalog:
         return SourceSummary(row.name, kind, scope, tools, principal)
 
     def precheck(self, kind: str, entry: Mapping[str, Any]) -> list[str]:
-        """What is wrong with a source that can be told without reaching anything (for
-        agent code's adds, before the call waits for a person): a name of the server's own
-        sources, a file name, an inline document or schema that cannot be read."""
+        """What is wrong with a principal's source that can be told before anyone is asked
+        to approve adding it: a name of the server's own sources, an inline document or
+        schema that cannot be read, a destination it may not reach (each URL it names, and
+        an inline document's server, resolved now: checked again at every connection)."""
+        from lockgate.machine.tools.outbound import refusals
         from lockgate.machine.tools.source_file import build_source
 
         name = entry.get("name")
         if name == "lockgate" or any(s.name == name for s in self.book.configured):
             return [f"{name!r} is the name of one of the server's configured sources"]
+        urls = _urls_named(entry)
         offline = (kind == "openapi" and not _is_url(entry.get("document"))) or (
             kind == "graphql" and "schema" in entry
         )
-        if not offline:
-            return []
-        try:
-            close_sources([build_source(kind, entry, REQUEST, self.limits)])
-        except InvalidToolSource as exc:
-            return [f"{exc.message}. {exc.hint}" if exc.hint else exc.message]
-        return []
+        if offline:
+            try:
+                built = build_source(kind, entry, REQUEST, self.principal_limits)
+            except InvalidToolSource as exc:
+                return [f"{exc.message}. {exc.hint}" if exc.hint else exc.message]
+            served = getattr(built, "base_url", None)
+            if isinstance(served, str):
+                urls.append(served)
+            close_sources([built])
+        return refusals(self.principal_limits.reach, urls)
 
     def _check_free(self, name: str, principal: str | None) -> None:
         """Refuse a name one who would see the new source already sees another under."""
@@ -229,6 +267,21 @@ class SourceCatalog:
         self.book.forget(principal)
         scope = "global" if principal is None else "own"
         return SourceSummary(row.name, row.kind, scope, 0, principal)
+
+
+def owner_of(row: StoredSource) -> str | None:
+    """The principal a stored source is held to (it added the source itself), or None for
+    the operator's (global, or added by the operator for a principal)."""
+    return None if row.by_operator or row.principal_id is None else row.principal_id
+
+
+def _urls_named(entry: Mapping[str, Any]) -> list[str]:
+    """Every destination a source's table names: its document's URL, base URL, endpoint,
+    upstream URL and OAuth token URL."""
+    auth = entry.get("auth")
+    named = [entry.get(k) for k in ("document", "base_url", "endpoint", "url")]
+    named.append(auth.get("oauth_token_url") if isinstance(auth, dict) else None)
+    return [url for url in named if isinstance(url, str) and _is_url(url)]
 
 
 def _is_url(value: object) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -38,6 +39,8 @@ from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, GuardRefused
 from lockgate.machine.records import RowRecord
 from lockgate.machine.settings import Settings
+from lockgate.machine.tools.http_calls import OPERATORS
+from lockgate.machine.tools.outbound import guarded_transport
 from lockgate.machine.webhook_signing import Signer
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import WebhookDeliveryStatus as W
@@ -76,9 +79,14 @@ Poster = Callable[[Attempt], None]
 
 def post_over_http(attempt: Attempt) -> None:
     """The real POST: no redirects followed (a 3xx is a failure the operator must fix, not a
-    hop to an address nobody configured), the answer read only for the error it names."""
+    hop to an address nobody configured), the answer read only for the error it names, the
+    whole exchange within the attempt's bound (a receiver answering one byte a second is a
+    timeout, not a held thread)."""
+    transport = guarded_transport(OPERATORS, attempt.timeout, attempt.url)
     try:
-        with httpx2.Client(timeout=attempt.timeout, follow_redirects=False) as client:
+        with httpx2.Client(
+            transport=transport, timeout=attempt.timeout, follow_redirects=False
+        ) as client:
             response = client.post(attempt.url, content=attempt.body, headers=attempt.headers)
     except httpx2.TimeoutException:
         raise DeliveryFailed(f"no answer within {attempt.timeout:g} s") from None
@@ -179,18 +187,29 @@ class WebhookOutbox:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def deliver_due(self) -> int:
+    def deliver_due(self, *, at_once: int = 1) -> int:
         """Attempt every due row (claimed first, so no other instance sends it at the same
-        time); how many were attempted."""
+        time), `at_once` of them at a time (the delivery loop sends several: one slow
+        receiver then holds one attempt's thread, not every event's); how many were
+        attempted."""
         if not self.enabled:
             return 0
-        attempted = 0
-        for row in self.store.webhooks.due(self.clock(), ROUND):
-            record = RowRecord.of("webhook_delivery", row)
-            if self._claim(record):
+        claimed = [
+            record
+            for record in (
+                RowRecord.of("webhook_delivery", row)
+                for row in self.store.webhooks.due(self.clock(), ROUND)
+            )
+            if self._claim(record)
+        ]
+        if at_once <= 1 or len(claimed) <= 1:
+            for record in claimed:
                 self._attempt(record)
-                attempted += 1
-        return attempted
+            return len(claimed)
+        with ThreadPoolExecutor(at_once, thread_name_prefix="lockgate-webhook") as pool:
+            for done in [pool.submit(self._attempt, record) for record in claimed]:
+                done.result()
+        return len(claimed)
 
     def _claim(self, record: RowRecord[WebhookDelivery]) -> bool:
         bound = self.settings.webhook_timeout + CLAIM_MARGIN

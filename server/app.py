@@ -215,13 +215,14 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.drain = drain
-    # Outermost: no route reads more than the body limit, and the people's pages and the
-    # API answer only to this server's own names (/mcp is checked by the SDK itself).
-    # (Starlette runs the middleware added last first.)
+    # Outermost: no route reads more than the body limit, and /mcp, the people's pages and
+    # the API answer only to this server's own names, checked before a body is read (a
+    # foreign Host is refused as such, whatever it sends). (Starlette runs the middleware
+    # added last first.)
     app.add_middleware(
         HostAllowlist,
         security=security,
-        prefixes=("/approve", "/api/", "/signin", "/signout", "/enrol/"),
+        prefixes=("/mcp", "/approve", "/api/", "/signin", "/signout", "/enrol/"),
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(TimedRequests, metrics=metrics)

@@ -120,7 +120,11 @@ def sources_add(
                 entry["env"] = {key: value for key, _, value in pairs}
         with opened_catalog() as catalog:
             added = catalog.add(
-                kind, entry, principal=principal, origin=Origin("the command line", Path.cwd())
+                kind,
+                entry,
+                principal=principal,
+                origin=Origin("the command line", Path.cwd()),
+                by_operator=True,
             )
     except LockgateError as exc:
         raise _failed(exc, 2) from None

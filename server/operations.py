@@ -110,6 +110,11 @@ def configure_logging(log_format: LogFormat = "json", level: str = "INFO") -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # httpx2 logs every outbound request's URL at info, httpcore2 each step at debug: a URL
+    # may carry a credential (a source's `auth = {query = ...}`), so they speak of nothing
+    # below a warning, whatever the level.
+    for chatty in ("httpx2", "httpcore2"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 class LiveExecutions(Collector):

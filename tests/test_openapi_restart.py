@@ -81,7 +81,9 @@ def test_a_paused_add_openapi_source_survives_sigkill_and_completes_from_another
 ) -> None:
     alice = create_key_directly(deployment.database_url, "alice")
     bob = create_key_directly(deployment.database_url, "bob")
-    first = deployment.start(name="first")
+    # The API alice adds listens on loopback, which the operator allows for principals' sources.
+    loopback = {"LOCKGATE_SOURCE_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    first = deployment.start(name="first", **loopback)
     arguments = {"name": "items", "document": json.dumps(api.document), "base_url": api.url}
 
     async def pause() -> str:
@@ -99,7 +101,7 @@ def test_a_paused_add_openapi_source_survives_sigkill_and_completes_from_another
 
     execution_id = run(pause())
     assert first.kill() == -signal.SIGKILL
-    second = deployment.start(name="second")
+    second = deployment.start(name="second", **loopback)
 
     async def approve() -> None:
         async with mcp_client(second.url, alice, "2026-07-28") as client:

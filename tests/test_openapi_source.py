@@ -143,7 +143,8 @@ def test_outbound_calls_are_bounded_in_size_time_and_redirects(
         999,
         "tools.items.big failed: GET /big: the response is larger than 1000 bytes "
         "(LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask for less (a filter, a page).",
-        "tools.items.held failed: GET /held: no answer within 0.5 s (LOCKGATE_HTTP_TIMEOUT_SECS).",
+        "tools.items.held failed: GET /held: not answered in full within 0.5 s "
+        "(LOCKGATE_HTTP_TIMEOUT_SECS, the whole call's bound).",
         "tools.items.loop failed: GET /loop: more than 2 redirects (LOCKGATE_HTTP_MAX_REDIRECTS).",
     ], done.error
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import JsonValue
 from sqlalchemy import (
     JSON,
+    Boolean,
     Column,
     Index,
     LargeBinary,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     bindparam,
+    false,
     text,
 )
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
@@ -113,6 +115,12 @@ class StoredSource(SQLModel, table=True):
     kind: str = Field(max_length=16)
     config: JsonValue = Field(sa_column=_json(nullable=False))
     created_at: datetime = Field(sa_column=_when())
+    #: Added by the operator (`lockgate sources add`, global or for a principal), not by a
+    #: principal's own code: only a source a principal added itself is held to what a
+    #: principal may reach (its own secrets, public addresses).
+    by_operator: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=false())
+    )
 
 
 class Instance(SQLModel, table=True):

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx2
@@ -22,21 +22,31 @@ from pydantic import JsonValue
 
 from lockgate.machine.secrets import Redactor
 from lockgate.machine.tools.errors import ToolFailed
+from lockgate.machine.tools.outbound import IPNetwork, Reach, guarded_transport
 
+#: Where the operator's own sources may connect: where the operator configured them to.
+OPERATORS = Reach()
 #: The longest excerpt of an error response's body a failure quotes.
 BODY_EXCERPT_CHARS = 500
 
 
 @dataclass(frozen=True)
 class HttpLimits:
-    """What one outbound call may take (settings `LOCKGATE_HTTP_*`)."""
+    """What one outbound call may take (settings `LOCKGATE_HTTP_*`), and where it may go
+    (`reach`: a principal's source reaches public addresses only; `machine/tools/outbound.py`)."""
 
+    #: The whole exchange's bound (connect, headers and body together), not a per-read one.
     timeout_secs: float = 30.0
     max_response_bytes: int = 1024 * 1024
     max_redirects: int = 5
     #: What a failure over `max_response_bytes` names, and what it advises.
     size_setting: str = "LOCKGATE_HTTP_MAX_RESPONSE_BYTES"
     too_large: str = "ask for less (a filter, a page)."
+    reach: Reach = OPERATORS
+
+    def for_principal(self, allowed: tuple[IPNetwork, ...]) -> HttpLimits:
+        """The same bounds for a principal's source: public addresses (and `allowed`) only."""
+        return replace(self, reach=Reach(public_only=True, allowed=allowed))
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,7 @@ def fetch(
         # worker thread makes it; a loopback or keep-alive-less API pays one connect.
         with (
             httpx2.Client(
+                transport=guarded_transport(limits.reach, limits.timeout_secs, url),
                 timeout=limits.timeout_secs,
                 follow_redirects=True,
                 max_redirects=limits.max_redirects,
@@ -168,11 +179,21 @@ def fetch(
                     )
     except httpx2.TimeoutException:
         raise ToolFailed(
-            f"{what}: no answer within {limits.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)."
+            f"{what}: not answered in full within {limits.timeout_secs:g} s "
+            "(LOCKGATE_HTTP_TIMEOUT_SECS, the whole call's bound)."
         ) from None
     except httpx2.TooManyRedirects:
         raise ToolFailed(
             f"{what}: more than {limits.max_redirects} redirects (LOCKGATE_HTTP_MAX_REDIRECTS)."
+        ) from None
+    except httpx2.ConnectError as exc:
+        # A destination a principal's source may not reach says where and why; any other
+        # connection failure only its type.
+        said = str(exc) if "may reach only public addresses" in str(exc) else None
+        raise ToolFailed(
+            f"{what}: refused: {said}."
+            if said
+            else f"{what}: the request to {url} failed ({type(exc).__name__})."
         ) from None
     except httpx2.HTTPError as exc:
         raise ToolFailed(f"{what}: the request to {url} failed ({type(exc).__name__}).") from None

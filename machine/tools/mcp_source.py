@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
@@ -21,11 +22,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from mcp import Client, types
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.outbound import Reach, guarded_async_client
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 T = TypeVar("T")
@@ -43,8 +46,12 @@ def _innermost(exc: BaseException) -> BaseException:
 class McpUpstream:
     """The connection to one upstream server, on an event loop thread of its own."""
 
-    def __init__(self, name: str, target: Target, timeout_secs: float) -> None:
+    def __init__(
+        self, name: str, target: Target, timeout_secs: float, *, reach: Reach | None = None
+    ) -> None:
         self.name, self.target, self.timeout_secs = name, target, timeout_secs
+        #: Where an upstream over HTTP may be reached (a principal's: public addresses).
+        self.reach = reach or Reach()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._serve, name=f"lockgate-mcp-{name}", daemon=True
@@ -68,7 +75,7 @@ class McpUpstream:
         async def hold() -> None:
             stop = asyncio.Event()
             try:
-                async with Client(self.target) as client:
+                async with Client(self._transport()) as client:
                     opened.set_result((client, stop))
                     await stop.wait()
             except BaseException as exc:
@@ -91,6 +98,19 @@ class McpUpstream:
             ) from None
         self._client = client
         return client
+
+    def _transport(self) -> Any:
+        """The SDK client's transport: over HTTP, through connections checked against
+        `reach` (a principal's upstream reaches public addresses only); over stdio, the
+        command's stderr on the process's own (the SDK's default is whatever `sys.stderr`
+        was when it was imported, which may be a capture with no file behind it)."""
+        if isinstance(self.target, str) and self.reach.public_only:
+            client = guarded_async_client(self.reach, self.timeout_secs)
+            return streamable_http_client(self.target, http_client=client)
+        if isinstance(self.target, StdioServerParameters):
+            errlog = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
+            return stdio_client(self.target, errlog=errlog)
+        return self.target
 
     def _late(self) -> ToolFailed:
         return ToolFailed(

@@ -172,6 +172,10 @@ class OpenApiSource:
         self.base_url: str = found
         self.limits = limits or HttpLimits()
         components = document.get("components", {})
+        if not isinstance(components, Mapping):
+            raise InvalidToolSource(
+                f"source {name!r}: its document's 'components' is not an object"
+            )
         self._components = to_json_schema(components) if self._legacy else components
         self._resolver = Registry().resolver_with_root(
             DRAFT202012.create_resource({"components": self._components})
@@ -235,7 +239,14 @@ class OpenApiSource:
     def _operations(self, document: Mapping[str, Any]) -> list[OpenApiOperation]:
         made: list[OpenApiOperation] = []
         taken: set[str] = set()
-        for path, item in (document.get("paths") or {}).items():
+        paths = document.get("paths") or {}
+        if not isinstance(paths, Mapping):
+            raise InvalidToolSource(
+                f"source {self.name!r}: its document's 'paths' is a {type(paths).__name__}, "
+                "not an object of paths",
+                hint="An OpenAPI document's paths map each path to its operations.",
+            )
+        for path, item in paths.items():
             if not isinstance(item, Mapping):
                 continue
             shared = item.get("parameters", [])

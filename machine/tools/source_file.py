@@ -33,16 +33,17 @@ server with a message naming the source, rather than leaving its tools silently 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from graphql import print_schema
 from mcp.client.stdio import StdioServerParameters
 
 from lockgate.machine.secrets import EnvironmentSecrets, MissingSecret, SecretStore
+from lockgate.machine.tools.documents import load_document
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
 from lockgate.machine.tools.graphql_source import (
     GraphQLSource,
@@ -58,6 +59,8 @@ from lockgate.machine.tools.spec import ToolSource, is_identifier
 
 #: The largest document (OpenAPI, SDL) a source may be fetched from a URL.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+#: ... and of one a principal's source fetches: what a stored source may hold at most.
+MAX_FETCHED_BYTES = 16 * 1024 * 1024
 
 
 def load_sources(
@@ -98,13 +101,34 @@ def build_source(
     secrets: SecretStore | None = None,
 ) -> ToolSource:
     """The source an [[openapi]], [[graphql]] or [[mcp]] table describes."""
-    if kind == "openapi":
-        return _openapi(entry, origin, limits)
-    if kind == "graphql":
-        return _graphql(entry, origin, limits, secrets)
-    if kind == "mcp":
-        return _mcp(entry, origin, limits)
+    with _in_words(entry):
+        if kind == "openapi":
+            return _openapi(entry, origin, limits)
+        if kind == "graphql":
+            return _graphql(entry, origin, limits, secrets)
+        if kind == "mcp":
+            return _mcp(entry, origin, limits)
     raise InvalidToolSource(f"{origin}: unknown kind of source {kind!r}", hint=_KINDS_HINT)
+
+
+@contextmanager
+def _in_words(entry: Mapping[str, Any]) -> Iterator[None]:
+    """A document nobody here wrote can break a parser or a builder in ways no check
+    foresaw: that is the source refused in words, never an internal error."""
+    try:
+        yield
+    except InvalidToolSource:
+        raise
+    except RecursionError:
+        raise InvalidToolSource(
+            f"source {entry.get('name')!r}: its document is nested too deep to read"
+        ) from None
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise InvalidToolSource(
+            f"source {entry.get('name')!r}: its document cannot be served "
+            f"({type(exc).__name__}: {str(exc)[:200]})",
+            hint="Check that it is an OpenAPI 3.0/3.1 document (or a GraphQL schema).",
+        ) from None
 
 
 _KINDS_HINT = "A source is openapi, graphql or mcp."
@@ -126,9 +150,12 @@ def settled_source(
         name = _named(entry, origin, "openapi", {"document", "base_url", "auth"})
         where = entry.get("document")
         if isinstance(where, str) and where.strip():
-            text, url = _document_text(name, where, origin.directory, limits)
+            text, url = _document_text(
+                name, where, origin.directory, limits, trusted=origin.commands
+            )
             config["document"] = text
-            source = _openapi(config, origin, limits, document_url=url)
+            with _in_words(entry):
+                source = _openapi(config, origin, limits, document_url=url)
             config["base_url"] = source.base_url
             return config, source
     if kind == "mcp" and "command" in config:  # stored: the directory it runs in, settled
@@ -242,7 +269,7 @@ def _mcp(entry: Mapping[str, Any], path: Origin, limits: HttpLimits) -> McpSourc
             f"source {name!r} in {path}: give either command (a list: the program and its "
             "arguments, run over stdio) or url (a streamable HTTP endpoint)"
         )
-    upstream = McpUpstream(name, target, limits.timeout_secs)
+    upstream = McpUpstream(name, target, limits.timeout_secs, reach=limits.reach)
     try:
         return McpSource(name, upstream)
     except ToolFailed as exc:
@@ -270,12 +297,7 @@ def _openapi(
         raise InvalidToolSource(f"source {name!r} in {path}: base_url must be a string")
     text, url = _document_text(name, where, path.directory, limits)
     url = url or document_url
-    try:
-        document = yaml.safe_load(text)  # JSON is YAML too
-    except yaml.YAMLError as exc:
-        raise InvalidToolSource(
-            f"source {name!r}: its document is neither JSON nor YAML ({type(exc).__name__})"
-        ) from None
+    document = load_document(text, name=name, trusted=path.commands)
     if not isinstance(document, Mapping):
         raise InvalidToolSource(f"source {name!r}: its document is not a JSON or YAML object")
     auth = _auth(name, entry.get("auth"), path)
@@ -316,16 +338,19 @@ def _looks_like_a_file(where: str) -> bool:
 
 
 def _document_text(
-    name: str, where: str, directory: Path | None, limits: HttpLimits
+    name: str, where: str, directory: Path | None, limits: HttpLimits, *, trusted: bool = True
 ) -> tuple[str, str | None]:
-    """The document's text, and the URL it came from (None for a file or inline text)."""
+    """The document's text, and the URL it came from (None for a file or inline text).
+    `trusted`: the operator's (a principal's fetched document has a smaller bound)."""
     if where.startswith(("http://", "https://")):
         # Documents are larger than tool answers (GitHub's is about 10 MB): a bound of their own.
         bound = replace(
             limits,
-            max_response_bytes=MAX_DOCUMENT_BYTES,
+            max_response_bytes=MAX_DOCUMENT_BYTES if trusted else MAX_FETCHED_BYTES,
             size_setting="the bound on a source's document",
-            too_large="keep a smaller document in a file and give its path.",
+            too_large="keep a smaller document in a file and give its path."
+            if trusted
+            else "give a smaller document (only the operations your code needs).",
         )
         try:
             fetched = fetch("GET", where, f"fetching its document at {where}", bound)

@@ -71,6 +71,10 @@ class ToolSpec(BaseModel):
     operation: str | None = None
     """What a call does, for policy conditions: the HTTP method of an OpenAPI operation
     (`DELETE`) or a GraphQL operation type (`mutation`); None for other tools."""
+    owner: str | None = None
+    """The principal who added the tool's source (None: the operator's). Its calls read only
+    that principal's secrets and reach only public addresses, and policy rules name it as
+    `<owner>:<source>.<name>`."""
 
     @field_validator("operation")
     @classmethod
@@ -112,6 +116,13 @@ class ToolSpec(BaseModel):
     @property
     def full_name(self) -> str:
         return f"{self.source}.{self.name}"
+
+    @property
+    def policy_name(self) -> str:
+        """What policy rules match: `source.name`, or `owner:source.name` for a tool of a
+        source a principal added (so a rule the operator wrote for its own `crm` is not
+        also one for a `crm` some principal added)."""
+        return self.full_name if self.owner is None else f"{self.owner}:{self.full_name}"
 
     @property
     def call_name(self) -> str:

@@ -1,0 +1,55 @@
+"""The settings of tools' outbound calls: their bounds, and where a principal's sources may go.
+
+A part of `Settings` (`machine/settings.py`, which inherits these), kept apart so each file
+holds one concern; the variables are read the same way (`LOCKGATE_` prefix).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings
+
+
+class OutboundSettings(BaseSettings):
+    http_timeout_secs: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a tool's outbound HTTP call (and fetching a source's document) "
+        "may take in all (connect, headers and body together) before it fails.",
+    )
+    http_max_response_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="The largest HTTP response a tool call reads; a larger one fails the call.",
+    )
+    http_max_redirects: int = Field(
+        default=5,
+        ge=0,
+        description="Redirects an outbound HTTP call follows before it fails.",
+    )
+    source_allowed_networks: str = Field(
+        default="",
+        description="Networks (CIDRs, comma-separated, e.g. '10.1.2.0/24') the sources a "
+        "principal adds may reach besides public addresses. Empty: loopback, private, "
+        "link-local, multicast and metadata addresses are refused to them, checked on the "
+        "resolved address of every connection. The operator's sources reach what they name.",
+    )
+
+    @field_validator("source_allowed_networks")
+    @classmethod
+    def _networks(cls, text: str) -> str:
+        from lockgate.machine.tools.outbound import Reach
+
+        try:
+            Reach.of_setting(text)
+        except ValueError as exc:
+            raise ValueError(f"LOCKGATE_SOURCE_ALLOWED_NETWORKS: {exc}") from None
+        return text
+
+    @property
+    def allowed_networks(self) -> tuple[Any, ...]:
+        from lockgate.machine.tools.outbound import Reach
+
+        return Reach.of_setting(self.source_allowed_networks)
