@@ -27,6 +27,7 @@ from pydantic import JsonValue
 from lockgate.machine.approval_audit import Decider, decision_record
 from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.db.errors import ConstraintViolation
+from lockgate.machine.db.execution_queries import LiveUnder
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
@@ -37,6 +38,7 @@ from lockgate.machine.execution_errors import (
     ExecutionExpired,
     ExecutionInterrupted,
     InvalidExecutionInput,
+    LimitReached,
 )
 from lockgate.machine.execution_reads import ExecutionReads
 from lockgate.machine.policy import Policy
@@ -177,6 +179,7 @@ class Engine:
         origin_request: str | None = None,
         idempotency_key: str | None = None,
         admit: Callable[[], None] = lambda: None,
+        live_limit: int | None = None,
     ) -> ExecutionRecord:
         """Store a new execution claimed by this instance in the same transaction (no other
         instance can take it in between). `carry_on` runs it. `origin_request` names the
@@ -187,14 +190,21 @@ class Engine:
         `IdempotencyKeyReused` when it runs other code. Two racing calls with one key
         cannot both start one: the store's unique index refuses the second insert.
         `admit` (the caller's admission limits) runs after the key check: a repeat starts
-        nothing, so no limit refuses it."""
+        nothing, so no limit refuses it. `live_limit`: the most unfinished executions the
+        principal may have, counted in the insert's own transaction (exact under any
+        concurrency); `LimitReached` beyond it."""
         if idempotency_key is not None:
             self.reads.refuse_started(principal_id, code, idempotency_key)
         admit()
         row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
         ex = record_of(row)
+        under = (
+            [LiveUnder(principal_id, live_limit, lambda: LimitReached.paused(live_limit))]
+            if live_limit is not None
+            else []
+        )
         try:
-            self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row])
+            self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row], writes=under)
         except ConstraintViolation:
             if idempotency_key is None:
                 raise

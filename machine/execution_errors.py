@@ -110,8 +110,8 @@ class LimitReached(LockgateError):
     def paused(cls, limit: int) -> LimitReached:
         setting = "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL"
         return cls(
-            f"You already have {limit} executions waiting for approval (the limit, "
-            f"{setting}). The code was not started.",
+            f"You already have {limit} unfinished executions, waiting for approval or "
+            f"running (the limit, {setting}). The code was not started.",
             hint="Settle some of them first (have them approved, give them up with resume "
             "and action decline or cancel, or let them expire) and retry.",
             setting=setting,

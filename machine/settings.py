@@ -280,8 +280,9 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings):
     max_paused_per_principal: int = Field(
         default=100,
         ge=1,
-        description="Executions of one principal waiting for approval, across all instances; "
-        "beyond it execute is refused with `limit_reached`.",
+        description="Unfinished executions of one principal (waiting for approval, or running "
+        "and so able to pause), across all instances, counted in the transaction that starts "
+        "one; beyond it execute is refused with `limit_reached`.",
     )
     # -- per-principal bounds (HTTP) --
     max_sessions_per_principal: int = Field(

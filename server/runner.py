@@ -6,9 +6,10 @@ truth, so waiting works across sessions, restarts and instances).
 
 Admission: one principal may have `max_running_per_principal` pieces of execute/resume work
 in flight on this instance (counted until the worker thread's work really ends, not until the
-wait budget runs out) and `max_paused_per_principal` executions waiting for approval across
-all instances; beyond either, the call is refused with `limit_reached` before anything is
-stored or decided.
+wait budget runs out) and `max_paused_per_principal` unfinished executions (waiting for
+approval, or running and so able to pause) across all instances, counted in the transaction
+that inserts a new one; beyond either, the call is refused with `limit_reached` before
+anything is stored or decided.
 
 On SIGTERM the runtime hands running executions back (see `Runtime.drain`); the worker
 threads are daemons, so one still in a tool call when the drain's bound passes does not hold
@@ -183,12 +184,6 @@ class ExecutionRunner:
 
         return job
 
-    def _admit_new(self, principal: str) -> None:
-        """Refuse a new execution while the principal is at its paused limit."""
-        limit = self.runtime.settings.max_paused_per_principal
-        if self.runtime.engine.paused_count(principal) >= limit:
-            raise LimitReached.paused(limit)
-
     async def execute(
         self,
         principal: str,
@@ -214,7 +209,8 @@ class ExecutionRunner:
                     session_id,
                     origin,
                     idempotency_key,
-                    admit=lambda: self._admit_new(principal),
+                    # Exact under any concurrency: counted where the execution is inserted.
+                    live_limit=self.runtime.settings.max_paused_per_principal,
                 )
             )
         except AlreadyStarted as started:

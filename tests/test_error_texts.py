@@ -134,8 +134,8 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
         lambda: LimitReached.paused(2),
         {
             "code": "limit_reached",
-            "message": "You already have 2 executions waiting for approval (the limit, "
-            "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL). The code was not started.",
+            "message": "You already have 2 unfinished executions, waiting for approval or "
+            "running (the limit, LOCKGATE_MAX_PAUSED_PER_PRINCIPAL). The code was not started.",
             "hint": "Settle some of them first (have them approved, give them up with resume "
             "and action decline or cancel, or let them expire) and retry.",
             "setting": "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL",
@@ -195,7 +195,9 @@ CASES: list[tuple[str, Callable[[], LockgateError], dict[str, JsonValue]]] = [
             "code": "invalid_input",
             "message": "bad rule 'x'",
             "hint": "Write rules as pattern=decision separated by commas, with patterns '*', "
-            "'source.*' or 'source.name' (without the 'tools.' prefix), an optional [condition] "
+            "'source.*' or 'source.name' (without the 'tools.' prefix), or for a source a "
+            "principal added, 'principal:source.*' or 'principal:source.name', an optional "
+            "[condition] "
             "after the pattern naming an HTTP method (GET, HEAD, OPTIONS, POST, PUT, PATCH, "
             "DELETE) or a GraphQL operation type (query, mutation, subscription), and decisions "
             "approve, require_approval, block; for example "

@@ -7,12 +7,14 @@ these reads grows with live work, never with history.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Select, bindparam, case
+from sqlalchemy import Connection, Select, bindparam, case, text
 from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 
@@ -59,6 +61,40 @@ def _paused_count() -> Select[int]:
             columns.principal_id == bindparam("principal_id"),
         )
     )
+
+
+@cache
+def _live_count() -> Select[int]:
+    """Built once: a principal's unfinished executions (live index)."""
+    columns = Execution.__table__.c  # type: ignore[attr-defined]
+    return (
+        core_select(func.count())
+        .select_from(Execution.__table__)  # type: ignore[attr-defined]
+        .where(live_executions(), columns.principal_id == bindparam("principal_id"))
+    )
+
+
+@dataclass(frozen=True)
+class LiveUnder:
+    """Admit a new execution of `principal_id` only while fewer than `limit` of its
+    executions are unfinished (any of them may pause): counted in the transaction that
+    inserts it, so concurrent `execute`s cannot overshoot (`StoreWrite`). SQLite has one
+    writer at a time; on PostgreSQL a lock per principal, held to the commit, orders them.
+    `refused` is what to raise at the limit."""
+
+    principal_id: str
+    limit: int
+    refused: Callable[[], Exception]
+
+    def write(self, conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                {"key": f"lockgate:live:{self.principal_id}"},
+            )
+        (count,) = conn.execute(_live_count(), {"principal_id": self.principal_id}).one()
+        if int(count) >= self.limit:
+            raise self.refused()
 
 
 class ExecutionQueries(Queries):

@@ -7,7 +7,7 @@ transaction of its own here, not a `SqlStore.commit`.
 
 from __future__ import annotations
 
-from sqlalchemy import func
+from sqlalchemy import func, text
 from sqlmodel import col, select
 
 from lockgate.machine.db.queries import Queries, applies_to, same_value
@@ -20,6 +20,12 @@ class SourceQueries(Queries):
         principal (its caller compares them), or "full" when the principal already holds
         `most` sources. Checked and written in one transaction under the writer's lock."""
         with self._writing() as s:
+            if s.connection().dialect.name == "postgresql":
+                # Two adds at once count in turn (SQLite has one writer at a time already).
+                s.connection().execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                    {"key": f"lockgate:sources:{row.principal_id}"},
+                )
             same = s.exec(
                 select(StoredSource).where(
                     same_value(col(StoredSource.principal_id), row.principal_id),
