@@ -424,23 +424,15 @@ class Dispatcher:
     ) -> _Dispatched:
         """Run the tool with its secrets resolved now; nothing it returns or raises is kept
         before every secret value is scrubbed from it."""
-        try:
-            # A source the principal added itself reads only that principal's secrets.
-            owned = tool.spec.owner is not None
+        principal, owned = ex.typed.principal_id, tool.spec.owner is not None
+        try:  # a source the principal added itself reads only that principal's secrets
             secrets = self.secrets.resolve(
-                tool.spec.secrets,
-                principal=ex.typed.principal_id,
-                source=tool.spec.source,
-                own_only=owned,
+                tool.spec.secrets, principal=principal, source=tool.spec.source, own_only=owned
             )
-        except MissingSecret as exc:
-            return _Dispatched(error=exc.message)
+        except MissingSecret as exc:  # a principal's own source: say how it gets one
+            return _Dispatched(error=f"{exc.message}. {exc.hint}" if owned else exc.message)
         redactor = Redactor(secrets.values())
-        context = ToolContext(
-            idempotency_key=call_id,
-            secrets=secrets,
-            principal_id=ex.typed.principal_id,
-        )
+        context = ToolContext(idempotency_key=call_id, secrets=secrets, principal_id=principal)
         try:
             value = tool.call(arguments, context)
         except ToolFailed as exc:
