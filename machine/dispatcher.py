@@ -159,8 +159,12 @@ class Dispatcher:
         request = suspended.request
         call_id = make_idempotency_key(ex.id, seq)
         registry = self.sources.registry_for(principal_of(ex))
+        limit = self.settings.max_call_argument_bytes  # before anything looks at them
         try:
             tool = registry.get(request.name)
+            sent = to_json([list(request.args), dict(request.kwargs)]) if seq > journaled else []
+            if too_large := arguments_too_large(tool.spec.call_name, sent, limit):
+                return self.resume_sandbox(ex, suspended.snapshot, too_large)
             arguments = registry.validate_arguments(
                 request.name, dict(request.kwargs), list(request.args)
             )
@@ -181,9 +185,6 @@ class Dispatcher:
                     ),
                 )
             return self.advance(ex, record_of(existing), suspended.snapshot, carried)
-        limit = self.settings.max_call_argument_bytes  # checked before anything is journaled
-        if too_large := arguments_too_large(tool.spec.call_name, arguments, limit):
-            return self.resume_sandbox(ex, suspended.snapshot, too_large)
         now = self.clock()
         row = ToolCall(
             id=call_id,

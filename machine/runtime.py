@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -312,18 +313,23 @@ class Runtime:
                 self._stop.wait(interval)
 
     def _deliver_webhooks(self) -> None:
-        """Send the outbox's due events (any instance's), polling as often as the worker."""
+        """Send the outbox's due events (any instance's), polling as often as the worker,
+        up to `LOCKGATE_WEBHOOK_CONCURRENCY` at once (one slow receiver holds one of them)."""
         interval = min(1.0, self.settings.heartbeat_interval.total_seconds())
-        while not self._stop.is_set() and not self.fenced.is_set():
-            try:
-                sent = self.engine.webhooks.deliver_due(
-                    at_once=self.settings.webhook_concurrency
-                )
-            except Exception:
-                log.exception("delivering webhook events failed; retrying")
-                sent = 0
-            if not sent:
-                self._stop.wait(interval)
+        at_once = self.settings.webhook_concurrency
+        pool = ThreadPoolExecutor(at_once, thread_name_prefix="lockgate-webhook")
+        try:
+            while not self._stop.is_set() and not self.fenced.is_set():
+                try:
+                    sent = self.engine.webhooks.deliver_due(pool=pool, at_once=at_once)
+                except Exception:
+                    log.exception("delivering webhook events failed; retrying")
+                    sent = 0
+                if not sent:
+                    self._stop.wait(interval)
+        finally:
+            # An attempt in flight ends within its own bound (LOCKGATE_WEBHOOK_TIMEOUT).
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def drain(self) -> None:
         """Stop taking new work and hand back what runs; the lease is still renewed while

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -124,6 +125,9 @@ class WebhookOutbox:
         self.owner = owner
         self.post = post
         self.signer = Signer.from_setting(settings.webhook_secret)
+        #: The rows the delivery loop's pool is attempting now.
+        self._in_flight: set[str] = set()
+        self._lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -187,29 +191,42 @@ class WebhookOutbox:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def deliver_due(self, *, at_once: int = 1) -> int:
-        """Attempt every due row (claimed first, so no other instance sends it at the same
-        time), `at_once` of them at a time (the delivery loop sends several: one slow
-        receiver then holds one attempt's thread, not every event's); how many were
-        attempted."""
+    def deliver_due(self, *, pool: Executor | None = None, at_once: int = 1) -> int:
+        """Attempt the due rows (each claimed first, so no other instance sends it at the
+        same time); how many were claimed. Alone, one after another; with `pool` (the
+        delivery loop's), each in the pool while fewer than `at_once` are in flight, without
+        waiting for them: a receiver that holds one event holds one thread, and the next
+        round sends the others."""
         if not self.enabled:
             return 0
+        room = at_once - len(self._in_flight) if pool is not None else ROUND
         claimed = [
             record
             for record in (
                 RowRecord.of("webhook_delivery", row)
-                for row in self.store.webhooks.due(self.clock(), ROUND)
+                for row in self.store.webhooks.due(self.clock(), max(room, 0))
             )
             if self._claim(record)
         ]
-        if at_once <= 1 or len(claimed) <= 1:
-            for record in claimed:
+        for record in claimed:
+            if pool is None:
                 self._attempt(record)
-            return len(claimed)
-        with ThreadPoolExecutor(at_once, thread_name_prefix="lockgate-webhook") as pool:
-            for done in [pool.submit(self._attempt, record) for record in claimed]:
-                done.result()
+                continue
+            with self._lock:
+                self._in_flight.add(record.id)
+            pool.submit(self._attempt_in_pool, record)
         return len(claimed)
+
+    def _attempt_in_pool(self, record: RowRecord[WebhookDelivery]) -> None:
+        try:
+            self._attempt(record)
+        except Exception:
+            log.exception(
+                "delivering webhook %s failed; its claim lapses and it is retried", record.id
+            )
+        finally:
+            with self._lock:
+                self._in_flight.discard(record.id)
 
     def _claim(self, record: RowRecord[WebhookDelivery]) -> bool:
         bound = self.settings.webhook_timeout + CLAIM_MARGIN

@@ -5,14 +5,15 @@ own network should reach).
 
 It serves an OpenAPI document of its own (`document`), an OAuth token endpoint that hands
 out a token to anyone (`/token`), a redirect to anywhere (`/hop?to=...`), an endpoint that
-answers one byte at a time, as slowly as asked (`/drip`), and an MCP endpoint that never
-answers until the test lets it (`/mcp`, with `hold`), recording when a connection to it is
-given up.
+answers one byte at a time, as slowly as asked (`/drip`), an MCP endpoint that never
+answers until the test lets it (`/mcp`), recording when a connection to it is given up, and
+a webhook receiver (`/hook`) that holds one principal's events as long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,10 @@ class Listener:
     holding: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     given_up: threading.Event = field(default_factory=threading.Event)
+    #: Webhook events received at /hook (their bodies), in the order they arrived.
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: /hook holds the events whose body names this principal until `released`.
+    slow_for: str = ""
 
     @property
     def url(self) -> str:
@@ -154,8 +159,22 @@ class Listener:
                 await asyncio.sleep(0.05)  # polls the test's gate and the client's socket
             return Response(status_code=503)
 
+        async def hook(request: Request) -> Response:
+            seen = await record(request)
+            event = json.loads(seen.body)
+            if self.slow_for and event["data"]["principal"] == self.slow_for:
+                self.holding.set()
+                while not self.released.is_set():
+                    if await request.is_disconnected():
+                        self.given_up.set()
+                        return Response(status_code=499)
+                    await asyncio.sleep(0.05)  # polls the test's gate and the client's socket
+            self.events.append(event)
+            return Response(status_code=204)
+
         return Starlette(
             routes=[
+                Route("/hook", hook, methods=["POST"]),
                 Route("/token", token, methods=["POST"]),
                 Route("/hop", hop, methods=["GET"]),
                 Route("/drip", drip, methods=["GET"]),
