@@ -26,9 +26,7 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-
-from pydantic import JsonValue
+from datetime import datetime
 
 from lockgate.machine.approval_audit import PersonRef
 from lockgate.machine.db.people_queries import (
@@ -41,12 +39,12 @@ from lockgate.machine.db.schema import (
     ApproverSession,
     Enrolment,
     Passkey,
-    SignInChallenge,
 )
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, ErrorCode, GuardRefused, LockgateError
 from lockgate.machine.records import RowRecord
 from lockgate.machine.settings import Settings
+from lockgate.machine.sign_in_challenges import SignInChallenges
 from lockgate.machine.write_path import Step, WritePath
 from lockgate.spec import ApproverSessionStatus as A
 from lockgate.spec import EnrolmentStatus as N
@@ -57,8 +55,6 @@ log = logging.getLogger("lockgate.people")
 PASSKEY_ISSUER = "passkey"
 #: Rows one upkeep round expires at most.
 ROUND = 200
-#: Sign-ins in progress at once, for everyone (each a row until it is finished or expires).
-MAX_OPEN_SIGN_INS = 10_000
 #: Longest name and email accepted.
 MAX_NAME = 200
 MAX_EMAIL = 320
@@ -68,10 +64,6 @@ class ApproverProblem(LockgateError):
     """The operator's approver command cannot be done as asked."""
 
     code = ErrorCode.INVALID_INPUT
-
-
-class SignInsBusy(LockgateError):
-    code = ErrorCode.LIMIT_REACHED
 
 
 class ApproverNotFound(LockgateError):
@@ -171,6 +163,8 @@ class People:
     ) -> None:
         self.store, self.write, self.settings, self.clock = store, write, settings, clock
         self.rows, self.sign_ins = store.approvers, store.sign_ins
+        #: Sign-ins in progress (an OpenID Connect state, a WebAuthn challenge).
+        self.challenges = SignInChallenges(store.sign_ins, clock)
 
     # -- approvers ------------------------------------------------------------------------
 
@@ -424,32 +418,6 @@ class People:
             ended += self.sign_out(row.id)
         return ended
 
-    # -- sign-ins in progress -------------------------------------------------------------
-
-    def begin_sign_in(self, kind: str, data: dict[str, JsonValue], lasts: timedelta) -> str:
-        """A single-use challenge for a sign-in in progress (an OpenID Connect state, a
-        WebAuthn challenge) that any instance can finish within `lasts`: its id. Anyone may
-        start one, so the ones open at once are bounded (`MAX_OPEN_SIGN_INS`)."""
-        now = self.clock()
-        if self.sign_ins.open_challenges(now) >= MAX_OPEN_SIGN_INS:
-            raise SignInsBusy(
-                f"{MAX_OPEN_SIGN_INS} sign-ins are in progress here already.",
-                hint="Try again in a few minutes (unfinished ones expire).",
-            )
-        row_id = secrets.token_urlsafe(32)
-        self.sign_ins.save_challenge(
-            SignInChallenge(id=row_id, kind=kind, data=data, created_at=now, expires_at=now + lasts)
-        )
-        return row_id
-
-    def finish_sign_in(self, challenge_id: object, kind: str) -> dict[str, JsonValue] | None:
-        """The data of a sign-in in progress, taken once (None: unknown, of another kind,
-        finished already, or expired)."""
-        if not isinstance(challenge_id, str) or len(challenge_id) > 64:
-            return None
-        row = self.sign_ins.take_challenge(challenge_id, kind, self.clock())
-        return row.data if row is not None and isinstance(row.data, dict) else None
-
     # -- upkeep ---------------------------------------------------------------------------
 
     def _expire(self, record: RowRecord[Enrolment] | RowRecord[ApproverSession]) -> None:
@@ -470,5 +438,5 @@ class People:
         ]
         for record in lapsed:
             self._expire(record)
-        self.sign_ins.purge_challenges(now)
+        self.challenges.purge()
         return len(lapsed)

@@ -137,7 +137,7 @@ class OidcSignIn:
         """Where to send the person's browser, and the state it must come back with."""
         provider = await self.provider()
         nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(64)
-        state = self.people.begin_sign_in(
+        state = self.people.challenges.begin(
             OIDC, {"nonce": nonce, "verifier": verifier, "next": next_path}, ROUND_TRIP
         )
         scopes = " ".join(dict.fromkeys(["openid", *self.settings.oidc_scopes.split()]))
@@ -167,7 +167,7 @@ class OidcSignIn:
                 "This sign-in was not started in this browser (its state does not match).",
                 hint="Start again from the sign-in page.",
             )
-        data = self.people.finish_sign_in(state, OIDC)
+        data = self.people.challenges.finish(state, OIDC)
         if data is None:
             raise SignInRefused(
                 "This sign-in was finished already, or took too long (its state is used or "

@@ -58,10 +58,10 @@ class Passkeys:
     def _challenge(self, kind: str, data: dict[str, JsonValue]) -> tuple[str, bytes]:
         challenge = secrets.token_bytes(32)
         data = {**data, "challenge": bytes_to_base64url(challenge)}
-        return self.people.begin_sign_in(kind, data, CEREMONY), challenge
+        return self.people.challenges.begin(kind, data, CEREMONY), challenge
 
     def _take(self, challenge_id: object, kind: str) -> dict[str, JsonValue]:
-        data = self.people.finish_sign_in(challenge_id, kind)
+        data = self.people.challenges.finish(challenge_id, kind)
         if data is None:
             raise SignInRefused(
                 "This passkey prompt was answered already, or it expired.",

@@ -169,7 +169,7 @@ def test_the_paused_limit_refuses_new_executions(deployment: Deployment) -> None
 
             result = await mine.call_tool("execute", {"code": LIST})
             body = refusal(result, "LOCKGATE_MAX_PAUSED_PER_PRINCIPAL")
-            assert "2 executions waiting for approval" in body["error"]["message"]
+            assert "2 unfinished executions, waiting for approval" in body["error"]["message"]
             assert "resume" in text_of(result)  # says how to make room
             assert "executionId" not in body
 

@@ -17,8 +17,8 @@ from lockgate.machine.people import (
     EnrolmentRefused,
     NewPasskey,
     People,
-    SignInsBusy,
 )
+from lockgate.machine.sign_in_challenges import SignInsBusy
 from lockgate.spec import ApproverSessionStatus as A
 from lockgate.spec import EnrolmentStatus as N
 from tests.support.engine_records import Clock, MakeRuntime
@@ -163,20 +163,20 @@ def test_removing_an_approver_signs_them_out_and_voids_their_links(people: Peopl
 def test_sign_ins_in_progress_are_single_use_and_bounded(
     people: People, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    started = people.begin_sign_in("oidc", {"nonce": "n"}, timedelta(minutes=10))
-    assert people.finish_sign_in(started, "passkey_sign_in") is None  # another kind: gone
-    again = people.begin_sign_in("oidc", {"nonce": "n"}, timedelta(minutes=10))
-    assert people.finish_sign_in(again, "oidc") == {"nonce": "n"}
-    assert people.finish_sign_in(again, "oidc") is None  # once
-    late = people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    started = people.challenges.begin("oidc", {"nonce": "n"}, timedelta(minutes=10))
+    assert people.challenges.finish(started, "passkey_sign_in") is None  # another kind: gone
+    again = people.challenges.begin("oidc", {"nonce": "n"}, timedelta(minutes=10))
+    assert people.challenges.finish(again, "oidc") == {"nonce": "n"}
+    assert people.challenges.finish(again, "oidc") is None  # once
+    late = people.challenges.begin("oidc", {}, timedelta(minutes=10))
     clock.advance(timedelta(minutes=11))
-    assert people.finish_sign_in(late, "oidc") is None  # expired
+    assert people.challenges.finish(late, "oidc") is None  # expired
     # Anyone may start one: how many are open at once is bounded.
-    monkeypatch.setattr("lockgate.machine.people.MAX_OPEN_SIGN_INS", 2)
-    people.begin_sign_in("oidc", {}, timedelta(minutes=10))
-    people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    monkeypatch.setattr("lockgate.machine.sign_in_challenges.MAX_OPEN_SIGN_INS", 2)
+    people.challenges.begin("oidc", {}, timedelta(minutes=10))
+    people.challenges.begin("oidc", {}, timedelta(minutes=10))
     with pytest.raises(SignInsBusy, match="2 sign-ins are in progress"):
-        people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+        people.challenges.begin("oidc", {}, timedelta(minutes=10))
     clock.advance(timedelta(minutes=11))
     people.expire_due()  # the unfinished ones are dropped
-    people.begin_sign_in("oidc", {}, timedelta(minutes=10))
+    people.challenges.begin("oidc", {}, timedelta(minutes=10))
