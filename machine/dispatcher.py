@@ -6,8 +6,8 @@ approved -> dispatched (intent, committed BEFORE the tool runs) -> succeeded | f
 committed after). Whatever the call's stored status, `advance` continues from it, which is
 how a requeued execution replays its journal instead of calling tools twice.
 
-It gives the sandbox its next step (`resume_sandbox`), but only after `go_on`: once the
-instance hands its work back (the drain), no new sandbox step or dispatch begins.
+It gives the sandbox its next step (`resume_sandbox`) only after `go_on`: once the instance
+hands its work back (the drain), no new sandbox step or dispatch begins.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from lockgate.machine.sandbox import Step as SandboxStep
 from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
 from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook, as_source_book
+from lockgate.machine.storage import StorageBudget
 from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
@@ -79,7 +80,6 @@ class _Dispatched:
 #: arguments themselves up to this size, else the start of their JSON text. The full
 #: arguments are journaled whatever their size; only what a person reads is cut.
 ARGUMENTS_PREVIEW_BYTES = 4096
-
 
 #: The events of a call made with no intent written first (spec: `Composition.carried`):
 #: its outcome, good or bad.
@@ -140,6 +140,7 @@ class Dispatcher:
         #: Each principal's tools (the configured ones, and those stored for it).
         self.sources = as_source_book(registry)
         self.policy, self.secrets, self.settings, self.clock = policy, secrets, settings, clock
+        self.budget = StorageBudget(store, settings.max_stored_bytes_per_principal)
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
 
@@ -163,8 +164,10 @@ class Dispatcher:
         try:
             tool = registry.get(request.name)
             sent = to_json([list(request.args), dict(request.kwargs)]) if seq > journaled else []
-            if too_large := arguments_too_large(tool.spec.call_name, sent, limit):
-                return self.resume_sandbox(ex, suspended.snapshot, too_large)
+            if refused := arguments_too_large(tool.spec.call_name, sent, limit) or (
+                self.budget.refuses(ex, tool.spec.call_name, sent) if seq > journaled else None
+            ):
+                return self.resume_sandbox(ex, suspended.snapshot, refused)
             arguments = registry.validate_arguments(
                 request.name, dict(request.kwargs), list(request.args)
             )

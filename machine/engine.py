@@ -53,6 +53,7 @@ from lockgate.machine.sandbox import (
 from lockgate.machine.secrets import SecretStore
 from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook
+from lockgate.machine.storage import within_budget
 from lockgate.machine.tools.registry import ToolRegistry, make_idempotency_key
 from lockgate.machine.views import ExecutionView
 from lockgate.machine.webhooks import WebhookOutbox
@@ -198,11 +199,15 @@ class Engine:
         admit()
         row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
         ex = record_of(row)
-        under = (
-            [LiveUnder(principal_id, live_limit, lambda: LimitReached.paused(live_limit))]
-            if live_limit is not None
-            else []
-        )
+        under = [
+            *(
+                [LiveUnder(principal_id, live_limit, lambda: LimitReached.paused(live_limit))]
+                if live_limit is not None
+                else []
+            ),
+            # The bytes its executions keep, within the principal's budget.
+            within_budget(principal_id, self.settings.max_stored_bytes_per_principal),
+        ]
         try:
             self.write.apply(Step(ex, "start", {"owner": self.owner}), inserts=[row], writes=under)
         except ConstraintViolation:

@@ -34,6 +34,7 @@ from lockgate.machine.sessions import Sessions
 from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook
 from lockgate.machine.source_catalog import SourceCatalog
+from lockgate.machine.storage import purge_finished
 from lockgate.machine.tools.admin_source import AdminSource
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.tools.plugins import installed_sources
@@ -240,7 +241,8 @@ class Runtime:
 
     def maintain(self, *, sweep: bool = True) -> RecoveryReport:
         """One maintenance round: renew the lease, recover dead instances' work and (with
-        `sweep`) expire overdue approvals, approver sessions and enrolment links. Never runs
+        `sweep`) expire overdue approvals, approver sessions and enrolment links, and purge
+        finished executions past the retention period. Never runs
         agent code, so the heartbeat is never late."""
         if not self.lease.heartbeat():
             self.fenced.set()
@@ -253,6 +255,8 @@ class Runtime:
             self.engine.webhooks.warn_due()
             self.people.expire_due()
             self.sessions.sweep()
+            engine = self.engine
+            purge_finished(engine.store, self.settings.finished_retention, engine.clock)
         return report
 
     def start(self, *, background: bool = True) -> RecoveryReport:

@@ -18,6 +18,7 @@ from pydantic_settings import SettingsConfigDict
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.settings_approvers import ApproverSettings
 from lockgate.machine.settings_outbound import OutboundSettings
+from lockgate.machine.settings_storage import StorageSettings
 from lockgate.machine.settings_webhooks import WebhookSettings
 
 #: The shortest accepted signing key: 32 random characters carry 128 bits or more (even
@@ -29,7 +30,7 @@ LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "localhost"})
 MAKE_A_SIGNING_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
-class Settings(ApproverSettings, WebhookSettings, OutboundSettings):
+class Settings(ApproverSettings, WebhookSettings, OutboundSettings, StorageSettings):
     model_config = SettingsConfigDict(
         env_prefix="LOCKGATE_",
         # An optional file of the same variables (KEY=value lines); the environment wins.
@@ -91,7 +92,8 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings):
     )
     sweep_interval: timedelta = Field(
         default=timedelta(seconds=30),
-        description="How often expired approvals are swept (they also expire on access).",
+        description="How often expired approvals are swept (they also expire on access) and "
+        "finished executions past LOCKGATE_FINISHED_RETENTION purged.",
     )
     drain_timeout: timedelta = Field(
         default=timedelta(seconds=8),
@@ -342,6 +344,7 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings):
         "approval_warning",
         "approver_session_ttl",
         "enrolment_ttl",
+        "finished_retention",
         mode="before",
     )
     @classmethod

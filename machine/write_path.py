@@ -21,6 +21,7 @@ from lockgate.machine.errors import GuardRefused, IllegalTransition
 from lockgate.machine.faults import Faults
 from lockgate.machine.machines import LifecycleMachine, build_machines
 from lockgate.machine.records import Change, Fence, Record
+from lockgate.machine.storage import grown
 from lockgate.machine.store import TransitionStore
 from lockgate.spec.crash_points import CrashPoint, creation_points
 from lockgate.spec.model import EffectTiming, Phase, TransitionSpec
@@ -265,6 +266,9 @@ class WritePath:
         # may have inserted meanwhile would fail as a duplicate, not as the conflict it is).
         fences = (Fence(fence.machine, fence.id, fence.version),) if fence is not None else ()
         rows = [*(carried.inserts if carried is not None else ()), *inserts]
+        # What the rows written here add to the bytes their executions keep (the storage
+        # budget's measure), counted in the same transaction.
+        writes = [*writes, *grown(rows, decided)]
         # The writes pass the same crash points as the transitions they commit with. The
         # commit waits for the disk if any of its transitions must (a store-level write
         # rides with a transition that does: a decision's token with its approval).

@@ -84,16 +84,16 @@ def test_one_principal_s_stalled_upstream_stalls_no_other(
     )
     alice = create_key_directly(deployment.database_url, "alice")
     bob = create_key_directly(deployment.database_url, "bob")
-    # Bob's stored MCP source, whose upstream will hold every connection (written straight
-    # to the database: its add is tested elsewhere; here it is what bob has).
+    # Bob's stored OpenAPI source, whose document's host holds every request until the test
+    # releases it (written straight to the database: its add is tested elsewhere).
     engine = prepare_database(Settings(database_url=deployment.database_url))
     SqlStore(engine).sources.add(
         StoredSource(
             id=uuid.uuid4().hex,
             principal_id="bob",
             name="slow",
-            kind="mcp",
-            config={"name": "slow", "url": f"{listener.url}/mcp"},
+            kind="openapi",
+            config={"name": "slow", "document": f"{listener.url}/held-document"},
             created_at=datetime.now(UTC),
         )
     )

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import JsonValue
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Index,
@@ -33,6 +34,8 @@ metadata = SQLModel.metadata
 
 LIVE_EXECUTION_STATUSES = tuple(s.name for s in EXECUTION.states if not s.terminal)
 _LIVE_EXECUTION_STATUSES = ", ".join(f"'{name}'" for name in LIVE_EXECUTION_STATUSES)
+FINISHED_EXECUTION_STATUSES = tuple(s.name for s in EXECUTION.states if s.terminal)
+_FINISHED_EXECUTION_STATUSES = ", ".join(f"'{name}'" for name in FINISHED_EXECUTION_STATUSES)
 
 
 def _when(*, nullable: bool = False) -> Column[datetime]:
@@ -144,6 +147,12 @@ def _live_index(name: str, *columns: str) -> Index:
     return Index(name, *columns, sqlite_where=text(live), postgresql_where=text(live))
 
 
+def _finished_index(name: str, *columns: str) -> Index:
+    """A partial index over finished executions only (the terminal statuses)."""
+    done = f"status IN ({_FINISHED_EXECUTION_STATUSES})"
+    return Index(name, *columns, sqlite_where=text(done), postgresql_where=text(done))
+
+
 class Execution(SQLModel, table=True):
     __tablename__ = "executions"
     __table_args__ = (
@@ -156,6 +165,11 @@ class Execution(SQLModel, table=True):
         _live_index("ix_executions_live_principal", "principal_id", "status"),
         _live_index("ix_executions_live_session", "session_id"),
         Index("ix_executions_principal", "principal_id", "created_at"),
+        # What a principal keeps, summed from the index alone (the storage budget's check
+        # at every execute and before a call is journaled), never from the rows' blobs.
+        Index("ix_executions_principal_bytes", "principal_id", "stored_bytes"),
+        # The retention purge reads the oldest finished executions, never live ones.
+        _finished_index("ix_executions_finished", "updated_at"),
         # One execution per client idempotency key and principal: the store itself refuses
         # a second, so two racing retries of one lost `execute` cannot both start one.
         Index(
@@ -194,6 +208,12 @@ class Execution(SQLModel, table=True):
     logs: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     outcome: JsonValue = Field(default=None, sa_column=_json())
     what_ran: JsonValue = Field(default=None, sa_column=_json())
+    #: Bytes it keeps in the database, counted as they are written (`machine/storage.py`):
+    #: its code, each journaled call's arguments and result, and once it finished, its
+    #: result, logs and snapshot. What the principal's storage budget sums.
+    stored_bytes: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default="0")
+    )
     created_at: datetime = Field(sa_column=_when())
     updated_at: datetime = Field(sa_column=_when())
 
@@ -402,6 +422,14 @@ class TransitionLog(SQLModel, table=True):
     #: The records the transaction was fenced by, `machine:id:version` (comma-separated):
     #: what lets a trace be checked against the model's fences.
     fence: str | None = Field(default=None, max_length=600)
+
+
+def finished_executions() -> ColumnElement[bool]:
+    """The finished index's own predicate, rendered as `live_executions` renders its own."""
+    statuses: BindParameter[list[str]] = bindparam(
+        "finished_statuses", list(FINISHED_EXECUTION_STATUSES), expanding=True
+    )
+    return col(Execution.status).in_(statuses.render_literal_execute())
 
 
 def live_executions() -> ColumnElement[bool]:

@@ -49,6 +49,7 @@ from lockgate.machine.db.schema import Session as SessionRow
 from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.db.session_queries import SessionQueries
 from lockgate.machine.db.source_queries import SourceQueries
+from lockgate.machine.db.storage_queries import StorageQueries
 from lockgate.machine.db.tool_call_queries import ToolCallQueries
 from lockgate.machine.db.webhook_queries import WebhookQueries
 from lockgate.machine.errors import Conflict, IllegalTransition
@@ -160,6 +161,7 @@ class SqlStore:
         self.webhooks = WebhookQueries(engine)
         self.approvers = ApproverQueries(engine, writer)
         self.sign_ins = SignInQueries(engine, writer)
+        self.storage = StorageQueries(engine, writer)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -159,6 +159,17 @@ class Listener:
                 await asyncio.sleep(0.05)  # polls the test's gate and the client's socket
             return Response(status_code=503)
 
+        async def held_document(request: Request) -> Response:
+            # A document URL that answers only once the test releases it.
+            await record(request)
+            self.holding.set()
+            while not self.released.is_set():
+                if await request.is_disconnected():
+                    self.given_up.set()
+                    return Response(status_code=499)
+                await asyncio.sleep(0.05)  # polls the test's gate and the client's socket
+            return JSONResponse(self.document())
+
         async def hook(request: Request) -> Response:
             seen = await record(request)
             event = json.loads(seen.body)
@@ -179,6 +190,7 @@ class Listener:
                 Route("/hop", hop, methods=["GET"]),
                 Route("/drip", drip, methods=["GET"]),
                 Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+                Route("/held-document", held_document, methods=["GET"]),
                 Route("/{rest:path}", anything, methods=["GET", "POST", "PUT", "DELETE"]),
             ]
         )

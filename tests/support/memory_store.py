@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockgate.machine.db.storage_queries import Grow
 from lockgate.machine.errors import Conflict
 from lockgate.machine.records import Change, Fence, Record
 from lockgate.machine.store import declared_edges, refuse_undeclared
@@ -63,10 +64,11 @@ class MemoryStore:
         *,
         wait_for_disk: bool = True,  # recorded in `waited`: memory has no disk to wait for
     ) -> None:
-        if writes:
-            # Store-level writes are SQL statements (an approval link used up with its
-            # decision); the model-level tests that use this store never make one.
-            raise TypeError("the memory store carries no store-level writes")
+        grows = [w for w in writes if isinstance(w, Grow)]
+        if len(grows) != len(writes):
+            # Other store-level writes are SQL statements (a cap counted in the insert's
+            # transaction); the model-level tests that use this store never make one.
+            raise TypeError("the memory store carries no store-level writes but Grow")
         with self._lock:
             # Worked out on a copy and swapped in at the end: all or nothing. Changes apply
             # in order, so a row inserted here may move, and a row may move twice.
@@ -81,6 +83,14 @@ class MemoryStore:
                         record_id=fence.record_id,
                         expected_version=fence.version,
                     )
+            for grow in grows:  # the bytes an execution keeps, as the SQL store adds them
+                for execution_id, more in grow.by_execution:
+                    key = ("execution", execution_id)
+                    if key in rows:
+                        rows[key] = held = copy.deepcopy(rows[key])
+                        copied.add(key)
+                        kept = int(str(held.fields.get("stored_bytes", 0)))
+                        held.fields["stored_bytes"] = kept + more
             for new in inserts:
                 if not isinstance(new, Record):
                     raise TypeError("the memory store inserts Records")
