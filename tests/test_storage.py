@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlmodel import func, select
+from sqlmodel import col, func, select
 
 from lockgate.machine import storage
 from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog
@@ -90,8 +90,9 @@ def test_the_purge_takes_whole_old_finished_executions_a_bounded_number_a_round(
 
     with runtime.engine.store.session() as s:
         assert [r.id for r in s.exec(select(Execution))] == [waiting]
-        assert list(s.exec(select(ToolCall).where(ToolCall.execution_id.in_(finished)))) == []
+        assert list(s.exec(select(ToolCall).where(col(ToolCall.execution_id).in_(finished)))) == []
         gone = [*finished, *(f"{e}:{n}" for e in finished for n in (1, 2))]
-        assert list(s.exec(select(TransitionLog).where(TransitionLog.record_id.in_(gone)))) == []
+        logged = s.exec(select(TransitionLog).where(col(TransitionLog.record_id).in_(gone)))
+        assert list(logged) == []
     left = runtime.engine.store.storage.stored_bytes("alice")
     assert left == row_of(runtime, waiting).stored_bytes < before
