@@ -19,7 +19,7 @@ from typing import Protocol
 from pydantic import JsonValue
 
 from lockgate.machine.db.schema import Session
-from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
+from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES, SessionsUnder
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import STALE_WRITE
 from lockgate.machine.instances import InstanceLease
@@ -34,6 +34,14 @@ log = logging.getLogger("lockgate.sessions")
 
 def _record(row: Session) -> RowRecord[Session]:
     return RowRecord.of("session", row)
+
+
+class SessionLimitReached(Exception):
+    """The principal already has its limit of live sessions (the count is `live`)."""
+
+    def __init__(self, live: int) -> None:
+        self.live = live
+        super().__init__(f"{live} live sessions")
 
 
 class LiveCounts(Protocol):
@@ -85,8 +93,11 @@ class Sessions:
         protocol_version: str,
         client_info: JsonValue,
         capabilities: JsonValue,
+        limit: int | None = None,
     ) -> Session:
-        """Record a session whose `initialize` this incarnation is answering (so active)."""
+        """Record a session whose `initialize` this incarnation is answering (so active).
+        With `limit`, only while the principal has fewer live sessions than that, counted in
+        the insert's transaction (`SessionLimitReached` otherwise)."""
         now = self.clock()
         row = Session(
             id=session_id,
@@ -99,7 +110,8 @@ class Sessions:
             last_activity=now,
             created_at=now,
         )
-        self.write.create("session", row)
+        under = [] if limit is None else [SessionsUnder(principal, limit, SessionLimitReached)]
+        self.write.create("session", row, writes=under)
         with self._lock:
             self._in_flight[session_id] = 1
         return row

@@ -201,17 +201,20 @@ class WritePath:
             observe(chosen)
         return result
 
-    def create(self, machine: str, row: object) -> None:
+    def create(self, machine: str, row: object, writes: Sequence[object] = ()) -> None:
         """Insert one new row of `machine`, in its initial state, in a transaction of its own,
         passing its creation's crash points as a transition passes its own (the store
-        refuses a row in any other state). Rows created with a transition go as `inserts`."""
+        refuses a row in any other state), with the store-level `writes` (a cap counted in
+        the same transaction). Rows created with a transition go as `inserts`."""
         spec = self.machines[machine].spec
         if not spec.created_alone:
             raise ValueError(f"a {machine} row is only ever inserted with a transition")
         before, after = creation_points(spec)
         if self.faults is not None:
             self.faults.reached(before)
-        self.store.commit((), (row,), wait_for_disk=spec.creation_waits_for_disk)
+        self.store.commit(
+            (), (row,), writes=writes, wait_for_disk=spec.creation_waits_for_disk
+        )
         if self.faults is not None:
             self.faults.reached(after)
 

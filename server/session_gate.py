@@ -26,7 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
 from lockgate.machine.ledger import OwedRecord, acknowledged_reports, report_event_ids
-from lockgate.machine.sessions import SessionBusy, Sessions
+from lockgate.machine.sessions import SessionBusy, SessionLimitReached, Sessions
 from lockgate.server.auth import (
     OVER_LIMIT,
     Message,
@@ -326,6 +326,11 @@ class SessionGate:
         count = await to_thread.run_sync(self.sessions.live_count, str(principal))
         if count < limit:
             return False
+        await self._refuse_session(send, count, limit)
+        return True
+
+    @staticmethod
+    async def _refuse_session(send: Send, count: int, limit: int) -> None:
         await json_rpc_error(
             send,
             429,
@@ -335,35 +340,49 @@ class SessionGate:
             "or close unused ones (HTTP DELETE with their Mcp-Session-Id) and retry.",
             ((b"retry-after", b"5"),),
         )
-        return True
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, request: dict[str, Any], principal: Any
     ) -> None:
         """Let the SDK answer `initialize`, then record the session it opened."""
         opened: dict[str, str] = {}
+        refused: list[SessionLimitReached] = []
         params = request.get("params") or {}
+        limit = self.max_sessions_per_principal
 
         async def capture(message: Message) -> None:
+            if refused:
+                return  # the SDK's answer is replaced by the refusal
             if message["type"] == "http.response.start" and int(message["status"]) < 400:
                 for name, value in message.get("headers", []):
                     if name.lower() == b"mcp-session-id":
                         opened["id"] = value.decode("latin-1")
                 if "id" in opened:
                     # Durable before the client learns the id: its next request may land on
-                    # another instance, or after a restart.
-                    await to_thread.run_sync(
-                        self.sessions.open,
-                        opened["id"],
-                        str(principal),
-                        str(params.get("protocolVersion", "")),
-                        params.get("clientInfo"),
-                        params.get("capabilities"),
-                    )
+                    # another instance, or after a restart. The principal's live sessions
+                    # are counted in the same transaction, so racing initializes cannot
+                    # overshoot the limit; the loser's id is never sent, and the SDK's
+                    # transport for it ends at its idle timeout.
+                    try:
+                        await to_thread.run_sync(
+                            lambda: self.sessions.open(
+                                opened["id"],
+                                str(principal),
+                                str(params.get("protocolVersion", "")),
+                                params.get("clientInfo"),
+                                params.get("capabilities"),
+                                limit=limit,
+                            )
+                        )
+                    except SessionLimitReached as over:
+                        refused.append(over)
+                        assert limit is not None
+                        await self._refuse_session(send, over.live, limit)
+                        return
             await send(message)
 
         await self.app(scope, receive, capture)
-        if "id" in opened:
+        if "id" in opened and not refused:
             # The initialize exchange is over; the session waits for its next request.
             await to_thread.run_sync(self.sessions.end_request, opened["id"])
 

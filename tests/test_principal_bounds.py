@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx2
 import pytest
 
 from lockgate.machine.db.migrate import prepare_database
@@ -298,3 +299,45 @@ def test_a_foreign_host_is_refused_before_the_body_is_read(deployment: Deploymen
     status = answer.split(b"\r\n", 1)[0]
     assert b" 421 " in status, answer[:300]
     assert b"does not answer to this Host" in answer
+
+
+def test_the_cap_on_live_sessions_holds_exactly(deployment: Deployment) -> None:
+    server = deployment.start(LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL="3")
+    bob = create_key_directly(deployment.database_url, "bob")
+    alice = create_key_directly(deployment.database_url, "alice")
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "racer", "version": "1"},
+        },
+    }
+
+    async def open_sessions(key: str, how_many: int) -> list[httpx2.Response]:
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "Accept": "application/json, text/event-stream",
+        }
+        async with httpx2.AsyncClient(timeout=30) as http:
+            return list(
+                await asyncio.gather(
+                    *(
+                        http.post(server.url, json=initialize, headers=headers)
+                        for _ in range(how_many)
+                    )
+                )
+            )
+
+    answers = run(open_sessions(bob, 12))
+    opened = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(opened) == 3, [a.status_code for a in answers]
+    assert len(refused) == 9
+    assert all("mcp-session-id" in a.headers for a in opened)
+    assert not any("mcp-session-id" in a.headers for a in refused)
+    assert all("LOCKGATE_MAX_SESSIONS_PER_PRINCIPAL" in a.text for a in refused)
+    # Bob's sessions are his own count: alice opens hers.
+    assert [a.status_code for a in run(open_sessions(alice, 2))] == [200, 200]

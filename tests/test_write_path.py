@@ -206,7 +206,7 @@ def test_the_memory_store_refuses_a_store_write_with_a_clear_error() -> None:
     path = WritePath(store)
     with pytest.raises(TypeError) as refused:
         path.apply(Step(store.get("session", "s"), "end_request"), writes=[RecordingWrite()])
-    assert str(refused.value) == "the memory store carries no store-level writes"
+    assert str(refused.value) == "the memory store carries no store-level writes but Grow"
     assert store.get("session", "s").version == 1
 
 

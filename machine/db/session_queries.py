@@ -7,6 +7,11 @@ reports nobody can collect any more).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
 from sqlmodel import col, func, select
 
 from lockgate.machine.db.queries import Queries
@@ -17,6 +22,34 @@ from lockgate.spec import SESSION, OwedRequestStatus, SessionStatus
 #: Derived from the spec (its non-terminal states: active, idle); sorted, as a stable literal
 #: list for the queries that filter on it.
 LIVE_SESSION_STATUSES = tuple(sorted(SESSION.live_names))
+
+
+def _live_of(principal_id: str) -> Any:
+    return select(func.count()).where(
+        Session.principal_id == principal_id, col(Session.status).in_(LIVE_SESSION_STATUSES)
+    )
+
+
+@dataclass(frozen=True)
+class SessionsUnder:
+    """Record a new session of `principal_id` only while it has fewer than `limit` live
+    ones: counted in the transaction that inserts it (`StoreWrite`), so concurrent
+    `initialize`s cannot overshoot (SQLite has one writer; on PostgreSQL a lock per
+    principal, held to the commit, orders them). `refused(count)` is what to raise."""
+
+    principal_id: str
+    limit: int
+    refused: Callable[[int], Exception]
+
+    def write(self, conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                {"key": f"lockgate:sessions:{self.principal_id}"},
+            )
+        count = int(conn.execute(_live_of(self.principal_id)).scalar_one())
+        if count >= self.limit:
+            raise self.refused(count)
 
 
 class SessionQueries(Queries):
@@ -34,13 +67,7 @@ class SessionQueries(Queries):
         """How many of the principal's sessions are live, across instances: what its session
         limit is checked against (index on `sessions.principal_id`)."""
         with self._session() as s:
-            count = s.exec(
-                select(func.count()).where(
-                    Session.principal_id == principal_id,
-                    col(Session.status).in_(LIVE_SESSION_STATUSES),
-                )
-            ).one()
-        return int(count)
+            return int(s.execute(_live_of(principal_id)).scalar_one())
 
     def live(self) -> list[Session]:
         """Every live session, of every instance: what the lease sweep decides on (index on
