@@ -80,6 +80,7 @@ def http_limits(settings: Settings) -> HttpLimits:
         timeout_secs=settings.http_timeout_secs,
         max_response_bytes=settings.http_max_response_bytes,
         max_redirects=settings.http_max_redirects,
+        document_bytes=settings.max_source_document_bytes,
     )
 
 

@@ -24,6 +24,13 @@ class OutboundSettings(BaseSettings):
         ge=1,
         description="The largest HTTP response a tool call reads; a larger one fails the call.",
     )
+    max_source_document_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="The largest document (OpenAPI, GraphQL schema) a source a principal adds "
+        "may be fetched from, and the most any stored source may keep once settled; beyond it "
+        "the add is refused before anyone is asked to approve it.",
+    )
     http_max_redirects: int = Field(
         default=5,
         ge=0,

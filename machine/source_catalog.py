@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from lockgate.machine.tools.http_calls import HttpLimits
     from lockgate.machine.tools.outbound import IPNetwork
 
-#: The largest settled table (an OpenAPI document as text, mostly) one stored source may
-#: have: GitHub's whole REST API is about 10 MB.
-MAX_STORED_SOURCE_BYTES = 16 * 1024 * 1024
-
 #: Where a stored source's table is built from: its documents are text, no file is named;
 #: a principal's own is held to what a principal may send (no command, no YAML alias).
 STORED = Origin("the database", None)
@@ -149,11 +145,11 @@ class SourceCatalog:
         )
         tools = len(source.tools())
         close_sources([source])  # each instance builds its own from the stored table
-        size = len(json.dumps(config).encode())
-        if size > MAX_STORED_SOURCE_BYTES:
+        size, bound = len(json.dumps(config).encode()), self.limits.document_bytes
+        if size > bound:
             raise InvalidToolSource(
                 f"source {config['name']!r} is {size} bytes once settled; a stored source may "
-                f"be at most {MAX_STORED_SOURCE_BYTES} bytes",
+                f"be at most {bound} bytes (LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES)",
                 hint="Keep a smaller document (only the operations agents need).",
             )
         row = StoredSource(

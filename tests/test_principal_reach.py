@@ -252,3 +252,48 @@ def test_a_rule_for_one_principal_s_source_is_not_one_for_another_s(
     bobs = run(execute(server.url, bob, write))
     assert bobs["status"] == "waiting_for_interaction", bobs
     assert [r.method for r in listener.received if r.path == "/items"] == ["POST"]
+
+
+def test_a_principal_s_document_is_bounded_by_its_setting(
+    deployment: Deployment, listener: Listener
+) -> None:
+    server = start(
+        deployment,
+        LOCKGATE_SOURCE_ALLOWED_NETWORKS="127.0.0.1/32",
+        LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES="4096",
+    )
+    bob = create_key_directly(deployment.database_url, "bob")
+    small = run(
+        add(
+            server.url,
+            bob,
+            "add_openapi_source",
+            {"name": "small", "document": f"{listener.url}/padded-document?pad=10"},
+        )
+    )
+    assert small["status"] == "completed", small
+    # Fetched past the bound: refused, naming the setting (never the operator's 64 MiB).
+    fetched = run(
+        add(
+            server.url,
+            bob,
+            "add_openapi_source",
+            {"name": "fetched", "document": f"{listener.url}/padded-document?pad=8000"},
+        )
+    )
+    assert "LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES" in json.dumps(fetched), fetched
+    # The document URL's query reached the host (it is what padded the document).
+    assert [r.query for r in listener.received] == ["pad=10", "pad=8000"]
+    # Given inline, within a call's bound but past the source's once settled: refused too.
+    padded = {**listener.document(), "x-pad": "p" * 8000}
+    inline = run(
+        add(
+            server.url,
+            bob,
+            "add_openapi_source",
+            {"name": "inline", "document": json.dumps(padded)},
+        )
+    )
+    assert "LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES" in json.dumps(inline), inline
+    listed = run(execute(server.url, bob, "tools.lockgate.list_sources()"))
+    assert [s["name"] for s in listed["result"] if s["scope"] == "own"] == ["small"], listed

@@ -8,7 +8,8 @@ push past: nothing it sends costs the server more than reading its bytes once.
 - Nesting is bounded (`MAX_DEPTH`, checked without recursion), and a parser's own recursion
   limit is a refusal in words, never an internal error.
 - The size of what a principal adds is bounded by `LOCKGATE_MAX_CALL_ARGUMENT_BYTES` (inline,
-  from code), the request body limit (an MCP tool's argument) or `MAX_FETCHED_BYTES` (by URL).
+  from code), the request body limit (an MCP tool's argument) or
+  `LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES` (by URL).
 """
 
 from __future__ import annotations

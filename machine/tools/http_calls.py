@@ -41,6 +41,8 @@ class HttpLimits:
     max_redirects: int = 5
     #: What a failure over `max_response_bytes` names, and what it advises.
     size_setting: str = "LOCKGATE_HTTP_MAX_RESPONSE_BYTES"
+    #: The bound on a principal's source's document, and on what a stored source keeps.
+    document_bytes: int = 16 * 1024 * 1024
     too_large: str = "ask for less (a filter, a page)."
     reach: Reach = OPERATORS
 
@@ -164,8 +166,11 @@ def fetch(
                 follow_redirects=True,
                 max_redirects=limits.max_redirects,
             ) as client,
+            # httpx2 replaces a URL's own query with `params`, even an empty one: merged,
+            # a document URL's `?format=json` (or a signed URL's) is kept.
             client.stream(
-                method, url, params=dict(query or {}), headers=dict(headers or {}),
+                method, url, params=httpx2.URL(url).params.merge(query) if query else None,
+                headers=dict(headers or {}),
                 json=body if sent else None, data=dict(form) if form else None,
             ) as response,
         ):  # fmt: skip

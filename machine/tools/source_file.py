@@ -57,10 +57,9 @@ from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.source_tables import AUTH_FORMS, SOURCE_KINDS, Origin
 from lockgate.machine.tools.spec import ToolSource, is_identifier
 
-#: The largest document (OpenAPI, SDL) a source may be fetched from a URL.
+#: The largest document (OpenAPI, SDL) an operator's source may be fetched from a URL (a
+#: principal's: `LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES`, `HttpLimits.document_bytes`).
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
-#: ... and of one a principal's source fetches: what a stored source may hold at most.
-MAX_FETCHED_BYTES = 16 * 1024 * 1024
 
 
 def load_sources(
@@ -346,8 +345,10 @@ def _document_text(
         # Documents are larger than tool answers (GitHub's is about 10 MB): a bound of their own.
         bound = replace(
             limits,
-            max_response_bytes=MAX_DOCUMENT_BYTES if trusted else MAX_FETCHED_BYTES,
-            size_setting="the bound on a source's document",
+            max_response_bytes=MAX_DOCUMENT_BYTES if trusted else limits.document_bytes,
+            size_setting="the bound on a source's document"
+            if trusted
+            else "LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES",
             too_large="keep a smaller document in a file and give its path."
             if trusted
             else "give a smaller document (only the operations your code needs).",

@@ -159,6 +159,12 @@ class Listener:
                 await asyncio.sleep(0.05)  # polls the test's gate and the client's socket
             return Response(status_code=503)
 
+        async def padded_document(request: Request) -> Response:
+            # The listener's document, padded with `pad` bytes of an extension field.
+            await record(request)
+            padded = {**self.document(), "x-pad": "p" * int(request.query_params.get("pad", "0"))}
+            return JSONResponse(padded)
+
         async def held_document(request: Request) -> Response:
             # A document URL that answers only once the test releases it.
             await record(request)
@@ -191,6 +197,7 @@ class Listener:
                 Route("/drip", drip, methods=["GET"]),
                 Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
                 Route("/held-document", held_document, methods=["GET"]),
+                Route("/padded-document", padded_document, methods=["GET"]),
                 Route("/{rest:path}", anything, methods=["GET", "POST", "PUT", "DELETE"]),
             ]
         )
