@@ -18,6 +18,8 @@ and before a running execution journals a call (its arguments would be kept).
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,6 +53,8 @@ _FINISHED_KEPT = ("outcome", "logs", "what_ran", "snapshot")
 #: Journal rows (a finished execution's calls) one purge round deletes at most, beyond the
 #: first execution's; whole executions only.
 PURGE_ROWS = 2000
+#: Principals whose last sum a `StorageBudget` remembers at most.
+MAX_REMEMBERED = 10_000
 
 
 def size_of(value: object) -> int:
@@ -114,15 +118,36 @@ def call_over_budget(call_name: str, stored: int, adding: int, limit: int) -> Ra
 
 
 class StorageBudget:
-    """The budget as a running execution meets it: before a new call is journaled."""
+    """The budget as a running execution meets it: before a new call is journaled.
 
-    def __init__(self, store: SqlStore, limit: int) -> None:
-        self.store, self.limit = store, limit
+    Reads are the hot path (a call that rides with the next commit costs no round trip of
+    its own), so the principal's sum is read at most every `FRESH_SECS` per principal, and
+    afresh for arguments of `FRESH_BYTES` or more: between two reads a principal's calls can
+    add at most what small calls add in that time; a new execution's admission counts
+    exactly, in its own transaction."""
+
+    FRESH_SECS = 1.0
+    FRESH_BYTES = 4096
+
+    def __init__(
+        self, store: SqlStore, limit: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store, self.limit, self.clock = store, limit, clock
+        self._read: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
 
     def refuses(self, ex: ExecutionRecord, call_name: str, sent: JsonValue) -> Raised | None:
         """The error for a call whose arguments the principal's budget cannot keep."""
-        stored = self.store.storage.stored_bytes(ex.typed.principal_id)
-        return call_over_budget(call_name, stored, json_size(sent), self.limit)
+        principal, adding, now = ex.typed.principal_id, json_size(sent), self.clock()
+        with self._lock:
+            at, stored = self._read.get(principal, (-self.FRESH_SECS, 0))
+        if adding >= self.FRESH_BYTES or now - at >= self.FRESH_SECS:
+            stored = self.store.storage.stored_bytes(principal)
+            with self._lock:
+                if len(self._read) >= MAX_REMEMBERED:
+                    self._read.clear()  # principals seen lately are read again, that is all
+                self._read[principal] = (now, stored)
+        return call_over_budget(call_name, stored, adding, self.limit)
 
 
 def within_budget(principal_id: str, limit: int) -> StoredUnder:

@@ -11,8 +11,9 @@ from sqlmodel import col, func, select
 
 from lockgate.machine import storage
 from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog
+from lockgate.machine.journal_records import record_of
 from lockgate.machine.runtime import Runtime
-from lockgate.machine.storage import purge_finished, size_of
+from lockgate.machine.storage import StorageBudget, purge_finished, size_of
 from lockgate.spec import ExecutionStatus as E
 from tests.support.engine_records import Clock, MakeRuntime, calls_of, row_of
 
@@ -96,3 +97,24 @@ def test_the_purge_takes_whole_old_finished_executions_a_bounded_number_a_round(
         assert list(logged) == []
     left = runtime.engine.store.storage.stored_bytes("alice")
     assert left == row_of(runtime, waiting).stored_bytes < before
+
+
+def test_a_call_meets_the_budget_read_afresh_for_large_arguments_and_each_second(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime(approval_mode="browser")
+    now = [100.0]
+    paused = runtime.engine.execute("alice", "tools.notes.write(key='k', text='w' * 20000)")
+    kept = row_of(runtime, paused.id).stored_bytes
+    budget = StorageBudget(runtime.engine.store, kept + 10_000, clock=lambda: now[0])
+    ex = record_of(row_of(runtime, paused.id))
+    small, large = ["x" * 100], ["x" * 20_000]
+    assert budget.refuses(ex, "tools.notes.write", small) is None  # read: kept, room left
+    assert budget.refuses(ex, "tools.notes.write", large) is not None  # read afresh: over
+    more = runtime.engine.execute("alice", "tools.notes.write(key='j', text='v' * 12000)")
+    assert more.status == E.WAITING_FOR_INTERACTION  # admitted: under the budget then
+    # Within the second, a small call meets the sum read before; after it, the new one.
+    assert budget.refuses(ex, "tools.notes.write", small) is None
+    now[0] += StorageBudget.FRESH_SECS
+    refused = budget.refuses(ex, "tools.notes.write", small)
+    assert refused is not None and "LOCKGATE_MAX_STORED_BYTES_PER_PRINCIPAL" in refused.message
