@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import JsonValue
 from sqlmodel import col, func, select
 
 from lockgate.machine import storage
@@ -108,7 +109,8 @@ def test_a_call_meets_the_budget_read_afresh_for_large_arguments_and_each_second
     kept = row_of(runtime, paused.id).stored_bytes
     budget = StorageBudget(runtime.engine.store, kept + 10_000, clock=lambda: now[0])
     ex = record_of(row_of(runtime, paused.id))
-    small, large = ["x" * 100], ["x" * 20_000]
+    small: JsonValue = ["x" * 100]
+    large: JsonValue = ["x" * 20_000]
     assert budget.refuses(ex, "tools.notes.write", small) is None  # read: kept, room left
     assert budget.refuses(ex, "tools.notes.write", large) is not None  # read afresh: over
     more = runtime.engine.execute("alice", "tools.notes.write(key='j', text='v' * 12000)")
