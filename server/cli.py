@@ -263,15 +263,13 @@ def run_server(
         signing = signing_keys(settings)
     except (SigningKeysMissing, SigningKeyFileInvalid) as exc:
         raise _fail(str(exc), 2) from None
-    created = None
-    if not keys.any_active():
-        if not is_loopback(settings.host):
-            raise _fail(
-                f"Refusing to listen on {settings.host}: no API key exists, so anyone who can "
-                "reach it could run code. Create one first: `lockgate keys create <name>`.",
-                2,
-            )
-        created = keys.create("local")
+    first_start = not keys.any_active()
+    if first_start and not is_loopback(settings.host):
+        raise _fail(
+            f"Refusing to listen on {settings.host}: no API key exists, so anyone who can "
+            "reach it could run code. Create one first: `lockgate keys create <name>`.",
+            2,
+        )
     configure_logging(log_format(settings.log_format, sys.stderr))
     from lockgate.machine.secret_store import SecretKeyProblem
     from lockgate.server.app import create_app
@@ -291,6 +289,8 @@ def run_server(
         # read: say which and why, not a trace.
         hint = f" {exc.hint}" if exc.hint else ""
         raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
+    # Only once the server can be served: a start refused above leaves no key nobody saw.
+    created = keys.create("local") if first_start else None
     url = f"{settings.base_url}/mcp"
     typer.echo(f"Lockgate MCP server: {url}")
     people = application.state.runtime.people

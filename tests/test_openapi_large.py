@@ -119,3 +119,6 @@ def test_a_server_whose_sources_cannot_be_served_says_why_and_exits(
         "Give the document's JSON or YAML (Swagger 2.0 must be converted first)."
     )
     assert "Lockgate MCP server:" not in server.stdout()
+    # The first start was refused: it left no API key behind that nobody was shown.
+    listed = deployment.cli("keys", "list")
+    assert listed.returncode == 0 and "local" not in listed.stdout, listed.stdout
