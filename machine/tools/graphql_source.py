@@ -7,24 +7,37 @@ a mutation can read. Each document is parsed and validated against the API's sch
 graphql-core before anything is journaled or paused: a query refuses a mutation (and the
 reverse), an unknown field or a missing variable is named, so an approval is never spent on
 a document the API would refuse. The schema is read from the endpoint (introspection) or
-from an SDL file; calls go over HTTP with the same bounds and credentials as OpenAPI's.
+from a file (SDL, or an introspection result as JSON); calls go over HTTP with the same bounds
+and credentials as OpenAPI's.
+
+Schemas are taken as published. GitHub's breaks some of GraphQL's own rules about schemas
+(interface fields deprecated in one implementation only) and its SDL defines a field twice:
+graphql-core refuses such a schema whole, and refuses to validate any document against it.
+So the rules a schema breaks are logged once, when it is loaded, and documents are
+validated with the schema assumed valid: every rule about the document still holds.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from graphql import (
     GraphQLError,
     GraphQLSchema,
     OperationDefinitionNode,
     OperationType,
+    build_ast_schema,
     build_client_schema,
-    build_schema,
     get_introspection_query,
     parse,
     validate,
+    validate_schema,
 )
+from graphql.validation.validate import validate_sdl
 from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
@@ -32,8 +45,12 @@ from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec
 
+log = logging.getLogger("lockgate.sources")
+
 #: GraphQL errors a failure quotes at most (the rest are counted).
 QUOTED_ERRORS = 3
+#: A schema's broken rules a load warning quotes at most.
+QUOTED_RULES = 3
 
 _ARGUMENTS: dict[str, JsonValue] = {
     "type": "object",
@@ -135,11 +152,73 @@ class GraphQLSource:
         return self._tools
 
 
+def _first_lines(messages: Sequence[str]) -> str:
+    quoted = "; ".join(m.splitlines()[0] for m in messages[:QUOTED_RULES])
+    more = len(messages) - QUOTED_RULES
+    return quoted + (f" (and {more} more)" if more > 0 else "")
+
+
+def as_published(name: str, schema: GraphQLSchema) -> GraphQLSchema:
+    """`schema`, built with `assume_valid`, after logging once the rules it breaks."""
+    kwargs: dict[str, Any] = {**schema.to_kwargs(), "assume_valid": False}
+    checked = GraphQLSchema(**kwargs)
+    broken = [error.message for error in validate_schema(checked)]
+    if broken:
+        log.warning(
+            "source %r: its schema breaks %d of GraphQL's rules for schemas, and is used as "
+            "published (documents are still validated against it): %s",
+            name,
+            len(broken),
+            _first_lines(broken),
+        )
+    return schema
+
+
 def schema_from_sdl(name: str, sdl: str) -> GraphQLSchema:
+    """The schema an SDL document (or an introspection result as JSON) describes."""
+    if sdl.lstrip().startswith("{"):
+        return schema_from_introspection(name, _json(name, sdl))
     try:
-        return build_schema(sdl)
+        document = parse(sdl)
+    except GraphQLError as exc:
+        raise InvalidToolSource(f"source {name!r}: its schema is not SDL ({exc.message})") from None
+    # Published SDL that defines a field twice (GitHub's does) is read as the endpoint
+    # serves it: graphql-core merges what it need not refuse.
+    broken = [error.message for error in validate_sdl(document)]
+    if broken:
+        log.warning(
+            "source %r: its SDL is read as published despite: %s", name, _first_lines(broken)
+        )
+    try:
+        return as_published(name, build_ast_schema(document, assume_valid=True))
     except (GraphQLError, TypeError) as exc:
-        raise InvalidToolSource(f"source {name!r}: its schema is not valid SDL ({exc})") from None
+        raise InvalidToolSource(f"source {name!r}: its schema is not usable ({exc})") from None
+
+
+def _json(name: str, text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidToolSource(
+            f"source {name!r}: its schema file is neither SDL nor introspection JSON ({exc})"
+        ) from None
+
+
+def schema_from_introspection(name: str, answer: object) -> GraphQLSchema:
+    """The schema an introspection result describes (`{"__schema": ...}`, or a response
+    whose `data` holds it)."""
+    data = answer.get("data", answer) if isinstance(answer, dict) else None
+    if not isinstance(data, dict) or "__schema" not in data:
+        raise InvalidToolSource(
+            f"source {name!r}: its schema is not an introspection result (no __schema)",
+            hint="Give the SDL, or the JSON answer to the introspection query.",
+        )
+    try:
+        return as_published(name, build_client_schema(data, assume_valid=True))  # type: ignore[arg-type]
+    except (GraphQLError, TypeError) as exc:
+        raise InvalidToolSource(
+            f"source {name!r}: its introspection is not usable ({exc})"
+        ) from None
 
 
 def schema_by_introspection(
@@ -150,10 +229,17 @@ def schema_by_introspection(
     secrets: Mapping[str, str] | None = None,
 ) -> GraphQLSchema:
     """The endpoint's schema, asked of the endpoint itself (with the source's credential,
-    its secret's value in `secrets`)."""
+    its secret's value in `secrets`). The answer is a schema document, bounded as one
+    (`LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES`), not as a tool's answer."""
+    bound = replace(
+        limits,
+        max_response_bytes=limits.document_bytes,
+        size_setting="LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES",
+        too_large="raise it, or give the schema as a file (SDL, or the introspection JSON).",
+    )
     try:
         answer = send(
-            "POST", endpoint, "GraphQL introspection", limits,
+            "POST", endpoint, "GraphQL introspection", bound,
             query={}, headers={}, body={"query": get_introspection_query()}, sent=True,
             auth=auth, secrets=secrets,
         )  # fmt: skip
@@ -165,9 +251,4 @@ def schema_by_introspection(
             f"source {name!r}: {endpoint} did not answer the introspection query",
             hint='Give the schema as an SDL file instead (schema = "schema.graphql").',
         )
-    try:
-        return build_client_schema(data)  # type: ignore[arg-type]
-    except (GraphQLError, TypeError) as exc:
-        raise InvalidToolSource(
-            f"source {name!r}: its introspection is not usable ({exc})"
-        ) from None
+    return schema_from_introspection(name, data)
