@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -150,7 +150,8 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     body: JsonValue = None,
     sent: bool = False,
-    form: Mapping[str, str] | None = None,
+    form: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+    parts: Sequence[tuple[str, tuple[str | None, bytes, str]]] | None = None,
 ) -> Fetched:
     """One HTTP exchange within `limits`; `ToolFailed` (naming the call by `what`, e.g.
     `GET /items/7`) for an error status, a timeout, too many redirects, an answer over the
@@ -171,7 +172,7 @@ def fetch(
             client.stream(
                 method, url, params=httpx2.URL(url).params.merge(query) if query else None,
                 headers=dict(headers or {}),
-                json=body if sent else None, data=dict(form) if form else None,
+                json=body if sent else None, data=_form_data(form), files=parts or None,
             ) as response,
         ):  # fmt: skip
             data = bytearray()
@@ -209,6 +210,19 @@ def fetch(
     return Fetched(text, response.headers.get("content-type", ""), str(response.url))
 
 
+def _form_data(
+    form: Mapping[str, str] | Sequence[tuple[str, str]] | None,
+) -> dict[str, list[str]] | None:
+    """A form's fields for httpx2, which takes a mapping: a repeated key's values in order."""
+    if not form:
+        return None
+    pairs = form.items() if isinstance(form, Mapping) else form
+    merged: dict[str, list[str]] = {}
+    for key, value in pairs:
+        merged.setdefault(key, []).append(value)
+    return merged
+
+
 def send(
     method: str,
     url: str,
@@ -221,6 +235,8 @@ def send(
     sent: bool,
     auth: Auth | None = None,
     secrets: Mapping[str, str] | None = None,
+    form: Sequence[tuple[str, str]] | None = None,
+    parts: Sequence[tuple[str, tuple[str | None, bytes, str]]] | None = None,
 ) -> JsonValue:
     """One tool call over HTTP (`fetch`), with the source's credential on it (`auth`, its
     secret's value in `secrets`); the answer as JSON (or text). A credential derived from
@@ -231,8 +247,9 @@ def send(
     scrub = Redactor(derived)
     try:
         answer = fetch(
-            method, url, what, limits, query=query, headers=headers, body=body, sent=sent
-        )
+            method, url, what, limits, query=query, headers=headers, body=body, sent=sent,
+            form=form, parts=parts,
+        )  # fmt: skip
     except ToolFailed as exc:
         raise ToolFailed(scrub.redact_text(exc.message)) from None
     return scrub.redact(_parsed(answer))

@@ -1,9 +1,10 @@
 """An OpenAPI 3.0 or 3.1 document as a tool source: one tool per operation, called over HTTP.
 
 Each operation becomes `tools.<source>.<operationId>` (or `<method>_<path>` without one), its
-keyword arguments the operation's path, query and header parameters plus `body` for a JSON
-request body. Reads (GET, HEAD, OPTIONS) are idempotent and approved by default; every other
-method needs a person's approval by default. A call goes to the server the document names
+keyword arguments the operation's path, query and header parameters plus `body` for its
+request body (JSON, a form or multipart, as declared: `machine/tools/form_bodies.py`).
+Reads (GET, HEAD, OPTIONS) are idempotent and approved by default; every other method needs
+a person's approval by default. A call goes to the server the document names
 (or the source's `base_url`) with httpx, bounded in time, redirects and response size; an
 HTTP error reaches the code as a `RuntimeError` naming the status with an excerpt of the body.
 
@@ -28,6 +29,15 @@ from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.form_bodies import (
+    FORM,
+    MULTIPART,
+    BodyEncoding,
+    chosen_media,
+    encoding_of,
+    form_fields,
+    multipart_parts,
+)
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
@@ -78,10 +88,13 @@ class OpenApiOperation:
         path: str,
         parameters: Sequence[Parameter],
         body: str | None,
+        encoding: BodyEncoding | None = None,
     ) -> None:
         self._source, self._spec = source, spec
         self.method, self.path = method, path
         self._parameters, self._body = parameters, body
+        #: How the body is sent (JSON, a form, multipart), as the operation declares.
+        self.encoding = encoding or BodyEncoding()
 
     @property
     def spec(self) -> ToolSpec:
@@ -111,10 +124,13 @@ class OpenApiOperation:
             headers.setdefault(IDEMPOTENCY_HEADER, context.idempotency_key)
         body = arguments.get(self._body) if self._body is not None else None
         sent = self._body is not None and self._body in arguments
-        method = self.method.upper()
+        media, method = self.encoding.media, self.method.upper()
+        form = form_fields(body, self.encoding) if sent and media == FORM else None
+        parts = multipart_parts(body, self.encoding) if sent and media == MULTIPART else None
         return send(
             method, self._source.base_url.rstrip("/") + path, f"{method} {path}",
-            self._source.limits, query=query, headers=headers, body=body, sent=sent,
+            self._source.limits, query=query, headers=headers, body=body,
+            sent=sent and form is None and parts is None, form=form, parts=parts,
             auth=self._source.auth, secrets=context.secrets,
         )  # fmt: skip
 
@@ -300,15 +316,18 @@ class OpenApiSource:
             parameters.append(Parameter(argument, api_name, location))
             if location == "path" or p.get("required"):
                 required.append(argument)
-        body_argument = None
+        body_argument, encoding = None, None
         request = self._resolve(operation.get("requestBody"))
-        if isinstance(request, Mapping):
-            media = (request.get("content") or {}).get("application/json")
-            if isinstance(media, Mapping):
-                body_argument = "body" if "body" not in properties else "body_"
-                properties[body_argument] = self._schema(media.get("schema", {}))
-                if request.get("required"):
-                    required.append(body_argument)
+        content = request.get("content") if isinstance(request, Mapping) else None
+        offered = chosen_media(content) if isinstance(content, Mapping) else None
+        if isinstance(request, Mapping) and offered is not None:
+            media, media_object = offered
+            body_argument = "body" if "body" not in properties else "body_"
+            raw_schema = self._resolve(media_object.get("schema", {}))
+            properties[body_argument] = self._schema(media_object.get("schema", {}))
+            encoding = encoding_of(media, media_object, raw_schema)
+            if request.get("required"):
+                required.append(body_argument)
         parameters_schema: dict[str, JsonValue] = {
             "type": "object",
             "properties": properties,
@@ -331,4 +350,4 @@ class OpenApiSource:
             secrets=(self.auth.secret,) if self.auth is not None else (),
             operation=method.upper(),
         )
-        return OpenApiOperation(self, spec, method, path, parameters, body_argument)
+        return OpenApiOperation(self, spec, method, path, parameters, body_argument, encoding)

