@@ -11,7 +11,9 @@ written for the user.
 
 from __future__ import annotations
 
+import difflib
 import keyword
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, NoReturn, cast
 
@@ -98,6 +100,7 @@ class StepDriver:
 
     def __init__(self, namespace: Mapping[str, Sequence[str]], limits: SandboxLimits) -> None:
         self.limits = limits
+        self.namespace = namespace
         #: The `external_modules` of every session: `tools.<source>.<tool>`, never called.
         self.modules = {"tools": tools_module(namespace)}
         self._tool_names = frozenset(
@@ -222,7 +225,8 @@ class StepDriver:
                 f"this Python feature is not supported in the sandbox: {feature}{_line(e)}; "
                 "rewrite the code without it"
             )
-        return FailureReason.RUNTIME_ERROR, f"{e.display('type-msg')}{_line(e)}"
+        hint = missing_tool_hint(text, self.namespace) if isinstance(inner, AttributeError) else ""
+        return FailureReason.RUNTIME_ERROR, f"{e.display('type-msg')}{_line(e)}{hint}"
 
 
 def tool_result(outcome: ToolOutcome) -> ExternalResult:
@@ -231,6 +235,24 @@ def tool_result(outcome: ToolOutcome) -> ExternalResult:
         return {"return_value": outcome.value}
     # exc_type was checked against ExcType's names when the Raised was made.
     return {"exc_type": cast(ExcType, outcome.exc_type), "message": outcome.message}
+
+
+_MISSING = re.compile(r"module 'tools(?:\.(\w+))?' has no attribute '(\w+)'")
+
+
+def missing_tool_hint(message: str, namespace: Mapping[str, Sequence[str]]) -> str:
+    """For a mistyped source or tool name: the closest names there are, and where to look."""
+    found = _MISSING.search(message)
+    if found is None:
+        return ""
+    source, name = found.groups()
+    if source is None:
+        close = [f"tools.{n}" for n in difflib.get_close_matches(name, list(namespace), 3, 0.6)]
+    else:
+        tools = namespace.get(source, ())
+        close = [f"tools.{source}.{n}" for n in difflib.get_close_matches(name, tools, 3, 0.6)]
+    guess = f" Did you mean {' or '.join(close)}?" if close else ""
+    return f".{guess} describe_tools(query=...) finds a tool by what it does."
 
 
 def _line(e: MontyRuntimeError | MontySyntaxError) -> str:

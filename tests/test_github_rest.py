@@ -1,7 +1,8 @@
 """GitHub's REST description as GitHub publishes it (npm `@octokit/openapi`: 13 MB of JSON,
 1,223 operations) as an operator's source: it loads (read as JSON, not through YAML, which
 took minutes), the server says what it loaded, and a read reaches a loopback stand-in for
-GitHub with its path parameters in place. How long the load takes is measured in bench/."""
+GitHub with its path parameters in place; plain-English questions find the operations they
+mean among the 1,223 (`describe_tools`' ranking)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from lockgate.machine.tools.http_calls import HttpLimits
+from lockgate.machine.tools.registry import ToolRegistry
+from lockgate.machine.tools.source_file import load_sources
 from lockgate.spec import ExecutionStatus as E
 from tests.support.asgi_thread import serve_in_thread
 from tests.support.engine_records import MakeRuntime
@@ -62,3 +66,47 @@ def test_github_s_rest_description_loads_and_serves_a_read(
     )
     assert done.status == E.COMPLETED, done.error
     assert done.result == {"full_name": "octocat/Hello-World", "private": False}
+
+
+#: Plain-English questions and the operation each means (GitHub's operationIds).
+QUESTIONS = {
+    "get a user": "users_get_by_username",
+    "get a repository": "repos_get",
+    "get file contents": "repos_get_content",
+    "list issues in a repository": "issues_list_for_repo",
+    "create an issue": "issues_create",
+    "create a pull request": "pulls_create",
+    "merge a pull request": "pulls_merge",
+    "list pull requests": "pulls_list",
+    "star a repository": "activity_star_repo_for_authenticated_user",
+    "create a comment on an issue": "issues_create_comment",
+    "list commits": "repos_list_commits",
+    "create a release": "repos_create_release",
+    "delete a repository": "repos_delete",
+    "list branches": "repos_list_branches",
+    "fork a repository": "repos_create_fork",
+    "search code": "search_code",
+    "list organization members": "orgs_list_members",
+    "create a gist": "gists_create",
+    "add labels to an issue": "issues_add_labels",
+    "list workflow runs for a repository": "actions_list_workflow_runs_for_repo",
+    "create or update file contents": "repos_create_or_update_file_contents",
+    "get the authenticated user": "users_get_authenticated",
+}
+
+
+def test_plain_questions_find_github_s_operations(tmp_path: Path) -> None:
+    shutil.copy(github_rest_description(), tmp_path / "github.json")
+    (tmp_path / "sources.toml").write_text(
+        '[[openapi]]\nname = "github"\ndocument = "github.json"\n'
+        'base_url = "https://api.github.com"\n'
+    )
+    registry = ToolRegistry()
+    for source in load_sources(tmp_path / "sources.toml", HttpLimits()):
+        registry.register(source)
+    top5 = {q: [spec.name for spec in registry.describe(q)[:5]] for q in QUESTIONS}
+    found = [q for q, meant in QUESTIONS.items() if meant in top5[q]]
+    # The three a new user tried first, and nine in ten of all.
+    for question in ("get a user", "get a repository", "get file contents"):
+        assert question in found, top5[question]
+    assert len(found) >= 0.9 * len(QUESTIONS), {q: top5[q] for q in QUESTIONS if q not in found}

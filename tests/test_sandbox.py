@@ -151,7 +151,10 @@ def test_unknown_tool_is_a_catchable_attribute_error(sandbox: Sandbox) -> None:
     """)
     step = failed(sandbox.start(code, principal=P), FailureReason.RUNTIME_ERROR)
     assert step.logs == "no: module 'tools.notes' has no attribute 'delete'\n"
-    assert step.message == "AttributeError: module 'tools' has no attribute 'nosuch' (line 6)"
+    assert step.message == (
+        "AttributeError: module 'tools' has no attribute 'nosuch' (line 6). "
+        "describe_tools(query=...) finds a tool by what it does."
+    )
 
 
 def test_undefined_names_are_name_errors(sandbox: Sandbox) -> None:
@@ -295,7 +298,9 @@ def test_a_tool_dropped_from_the_namespace_is_an_attribute_error(
     done = failed(
         narrower.resume(step.snapshot, Returned(None), principal=P), FailureReason.RUNTIME_ERROR
     )
-    assert done.message == "AttributeError: module 'tools.notes' has no attribute 'write' (line 2)"
+    assert done.message.startswith(
+        "AttributeError: module 'tools.notes' has no attribute 'write' (line 2)."
+    )
 
 
 # --- the Sandbox object -----------------------------------------------------------------------

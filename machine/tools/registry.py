@@ -21,6 +21,7 @@ The parts, each in a module of its own (all of their public names are importable
 from __future__ import annotations
 
 import difflib
+import threading
 
 from pydantic import JsonValue
 
@@ -40,6 +41,7 @@ from lockgate.machine.tools.spec import ToolSpec as ToolSpec
 from lockgate.machine.tools.spec import is_identifier
 from lockgate.machine.tools.spec import make_idempotency_key as make_idempotency_key
 from lockgate.machine.tools.stubs import module_stub, package_stub, package_text
+from lockgate.machine.tools.tool_search import ToolIndex
 
 _DEFAULT_DISCOVERY_HINT = "Search the available tools with the tool-discovery tool first."
 
@@ -51,6 +53,9 @@ class ToolRegistry:
         self._discovery_hint = discovery_hint
         self._sources: dict[str, dict[str, Tool]] = {}
         self._frozen: Namespace | None = None
+        #: The full-text index `describe` ranks with, built on its first query.
+        self._index: ToolIndex | None = None
+        self._index_lock = threading.Lock()
 
     def register(self, source: ToolSource) -> None:
         name = source.name
@@ -72,7 +77,7 @@ class ToolRegistry:
                 raise InvalidToolSource(f"tool source {name!r} has two tools named {spec.name!r}")
             tools[spec.name] = tool
         self._sources[name] = tools
-        self._frozen = None
+        self._frozen = self._index = None
 
     def get(self, full_name: str) -> Tool:
         """The tool named `source.name`; `tools.source.name` (the call name) is accepted."""
@@ -102,8 +107,18 @@ class ToolRegistry:
         return sorted(specs, key=lambda spec: spec.full_name)
 
     def describe(self, query: str = "") -> list[ToolSpec]:
-        """Tools whose call name or description contains every word of `query`."""
+        """The tools `query` finds, best first (`ToolIndex`); all of them for no query. A
+        query naming a call (`tools.notes.w`) keeps the tools whose call name or
+        description contains every word of it, as written."""
         words = query.lower().split()
+        if words and not any("." in word for word in words):
+            with self._index_lock:
+                if self._index is None:
+                    self._index = ToolIndex(self.specs())
+                index = self._index
+            found = index.search(query)
+            if found is not None:
+                return found
         return [
             spec
             for spec in self.specs()
