@@ -26,8 +26,10 @@ from lockgate.machine.db.source_queries import SourceQueries
 from lockgate.machine.secrets import SecretStore
 from lockgate.machine.source_book import SourceBook, close_sources
 from lockgate.machine.tools.errors import InvalidToolSource
-from lockgate.machine.tools.source_tables import REQUEST, SOURCE_KINDS, Origin
-from lockgate.machine.tools.spec import ToolSource
+from lockgate.machine.tools.kinds import kind_named
+from lockgate.machine.tools.source_entries import is_url
+from lockgate.machine.tools.source_tables import REQUEST, Origin
+from lockgate.machine.tools.spec import ToolSource, left_out_of
 
 if TYPE_CHECKING:
     from lockgate.machine.tools.http_calls import HttpLimits
@@ -48,9 +50,19 @@ class SourceSummary:
     #: How many tools it gives (0: it cannot be built now).
     tools: int
     principal_id: str | None = None
+    #: What its document has that it cannot serve, each named with why.
+    left_out: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, JsonValue]:
-        return {"name": self.name, "kind": self.kind, "scope": self.scope, "tools": self.tools}
+        found: dict[str, JsonValue] = {
+            "name": self.name,
+            "kind": self.kind,
+            "scope": self.scope,
+            "tools": self.tools,
+        }
+        if self.left_out:
+            found["left_out"] = list(self.left_out)
+        return found
 
 
 class _PrincipalSecrets:
@@ -100,13 +112,9 @@ class SourceCatalog:
 
     def build(self, row: StoredSource) -> ToolSource:
         """The source a stored row describes (for `SourceBook`)."""
-        # Imported here: the source kinds cost a server with no stored source nothing.
-        from lockgate.machine.tools.source_file import build_source
-
         config = row.config if isinstance(row.config, dict) else {}
         owner = owner_of(row)
-        return build_source(
-            row.kind,
+        return kind_named(row.kind, stored=True).build(
             config,
             STORED if owner is None else STORED_OWNED,
             self.limits_for(owner),
@@ -127,23 +135,17 @@ class SourceCatalog:
         `by_operator`: the operator added it (`lockgate sources add`); otherwise it is the
         principal's own, held to what a principal may reach."""
         owner = None if by_operator else principal
-        if kind not in SOURCE_KINDS:
-            raise InvalidToolSource(
-                f"unknown kind of source {kind!r}", hint="A source is openapi, graphql or mcp."
-            )
-        from lockgate.machine.tools.source_file import settled_source
-
+        settled = kind_named(kind, stored=True)
         name = entry.get("name")
         if isinstance(name, str):
             self._check_free(name, principal)
-        config, source = settled_source(
-            kind,
+        config, source = settled.settled(
             entry,
             origin,
             self.limits_for(owner),
             _PrincipalSecrets(self.secrets, owner),
         )
-        tools = len(source.tools())
+        tools, left_out = len(source.tools()), left_out_of(source)
         close_sources([source])  # each instance builds its own from the stored table
         size, bound = len(json.dumps(config).encode()), self.limits.document_bytes
         if size > bound:
@@ -177,7 +179,7 @@ class SourceCatalog:
             )
         self.book.forget(principal)
         scope = "global" if principal is None else "own"
-        return SourceSummary(row.name, kind, scope, tools, principal)
+        return SourceSummary(row.name, kind, scope, tools, principal, left_out)
 
     def precheck(self, kind: str, entry: Mapping[str, Any]) -> list[str]:
         """What is wrong with a principal's source that can be told before anyone is asked
@@ -185,18 +187,15 @@ class SourceCatalog:
         schema that cannot be read, a destination it may not reach (each URL it names, and
         an inline document's server, resolved now: checked again at every connection)."""
         from lockgate.machine.tools.outbound import refusals
-        from lockgate.machine.tools.source_file import build_source
 
         name = entry.get("name")
         if name == "lockgate" or any(s.name == name for s in self.book.configured):
             return [f"{name!r} is the name of one of the server's configured sources"]
         urls = _urls_named(entry)
-        offline = (kind == "openapi" and not _is_url(entry.get("document"))) or (
-            kind == "graphql" and "schema" in entry
-        )
-        if offline:
+        checked = kind_named(kind, stored=True)
+        if checked.offline(entry):
             try:
-                built = build_source(kind, entry, REQUEST, self.principal_limits)
+                built = checked.build(entry, REQUEST, self.principal_limits, None)
             except InvalidToolSource as exc:
                 return [f"{exc.message}. {exc.hint}" if exc.hint else exc.message]
             served = getattr(built, "base_url", None)
@@ -231,15 +230,24 @@ class SourceCatalog:
     def listed(self, principal: str | None) -> list[SourceSummary]:
         """The sources `principal` sees: configured, global, its own (None: configured and
         global), each with how many tools it gives now."""
-        namespace = self.book.registry_for(principal).namespace()
+        registry = self.book.registry_for(principal)
+        namespace, left_out = registry.namespace(), registry.left_out()
         found = [
-            SourceSummary(s.name, _kind(s), "configured", len(namespace.get(s.name, ())))
+            SourceSummary(
+                s.name,
+                _kind(s),
+                "configured",
+                len(namespace.get(s.name, ())),
+                left_out=left_out.get(s.name, ()),
+            )
             for s in self.book.configured
         ]
         for row in self.stored.applying_to(principal):
             scope = "global" if row.principal_id is None else "own"
-            count = len(namespace.get(row.name, ()))
-            found.append(SourceSummary(row.name, row.kind, scope, count, row.principal_id))
+            count, warnings = len(namespace.get(row.name, ())), left_out.get(row.name, ())
+            found.append(
+                SourceSummary(row.name, row.kind, scope, count, row.principal_id, warnings)
+            )
         return found
 
     def every(self) -> list[StoredSource]:
@@ -277,17 +285,11 @@ def _urls_named(entry: Mapping[str, Any]) -> list[str]:
     auth = entry.get("auth")
     named = [entry.get(k) for k in ("document", "base_url", "endpoint", "url")]
     named.append(auth.get("oauth_token_url") if isinstance(auth, dict) else None)
-    return [url for url in named if isinstance(url, str) and _is_url(url)]
-
-
-def _is_url(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(("http://", "https://"))
+    return [url for url in named if isinstance(url, str) and is_url(url)]
 
 
 def _kind(source: ToolSource) -> str:
-    """A configured source's kind, in the words of the sources file."""
-    kind = type(source).__name__.lower()
-    for word in ("openapi", "graphql", "mcp", "notes"):
-        if word in kind:
-            return word
-    return "python"
+    """A configured source's kind, in the words of the sources file (each built-in source
+    class says its own; any other is a `[[python]]` or plugin source)."""
+    kind = getattr(source, "kind", None)
+    return kind if isinstance(kind, str) else "python"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -55,18 +54,18 @@ def _scope(principal: str | None) -> str:
     return "(everyone)" if principal is None else principal
 
 
+def _kinds_help() -> str:
+    # Read from the registry of kinds, imported only to build the help (it is small).
+    from lockgate.machine.tools.kinds import STORED_KINDS
+
+    return "; ".join(f"{kind.name}: {kind.target_help}" for kind in STORED_KINDS)
+
+
 @sources_app.command("add")
 def sources_add(
     kind: Annotated[str, typer.Argument(help="openapi, graphql or mcp.")],
     name: Annotated[str, typer.Argument(help="Agent code calls tools.<name>.<tool>(...).")],
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="openapi: the document's file or URL; graphql: the endpoint URL; mcp: the "
-            "server's URL, or the command that runs it over stdio (one string, split as a "
-            "shell would)."
-        ),
-    ],
+    target: Annotated[str, typer.Argument(help=_kinds_help())],
     principal: Annotated[
         str | None, typer.Option(help="Only this principal's (default: everyone's).")
     ] = None,
@@ -87,37 +86,36 @@ def sources_add(
 ) -> None:
     """Add a source (checked first: its document read, its endpoint or server reached)."""
     from lockgate.machine.errors import LockgateError
+    from lockgate.machine.tools.kinds import kind_named
+    from lockgate.machine.tools.source_kind import CommandLine
     from lockgate.machine.tools.source_tables import Origin
     from lockgate.server.keys import check_principal
 
-    entry: dict[str, Any] = {"name": name}
+    pairs = [pair.partition("=") for pair in env or []]
+    if any(not key or not sep for key, sep, _ in pairs):
+        raise fail("--env takes KEY=VALUE", 2)
+    given = CommandLine(
+        target=target,
+        cwd=str(Path.cwd()),
+        base_url=base_url,
+        schema=None if schema is None else str(schema.resolve()),
+        env={key: value for key, _, value in pairs},
+    )
     try:
         if principal is not None:
             check_principal(principal)
+        added_kind = kind_named(kind, stored=True)
+        assert added_kind.command_line is not None  # a stored kind has one
+        entry: dict[str, Any] = {"name": name, **added_kind.command_line(given)}
+        unused = sorted(option for option in given.given if option not in entry)
+        if unused:
+            options = ", ".join(f"--{option.replace('_', '-')}" for option in unused)
+            raise fail(f"{options}: not an option of a {kind} source", 2)
         if auth is not None:
             try:
                 entry["auth"] = json.loads(auth)
             except json.JSONDecodeError:
                 raise fail(f"--auth is not JSON: {auth!r}", 2) from None
-        if kind == "openapi":
-            entry["document"] = target
-            if base_url is not None:
-                entry["base_url"] = base_url
-        elif kind == "graphql":
-            entry["endpoint"] = target
-            if schema is not None:
-                entry["schema"] = str(schema.resolve())
-        elif kind == "mcp":
-            if target.startswith(("http://", "https://")):
-                entry["url"] = target
-            else:  # run in the current directory, as a shell would
-                entry["command"] = shlex.split(target)
-                entry["cwd"] = str(Path.cwd())
-            pairs = [pair.partition("=") for pair in env or []]
-            if any(not key or not sep for key, sep, _ in pairs):
-                raise fail("--env takes KEY=VALUE", 2)
-            if pairs:
-                entry["env"] = {key: value for key, _, value in pairs}
         with opened_catalog() as catalog:
             added = catalog.add(
                 kind,
@@ -131,6 +129,8 @@ def sources_add(
     typer.echo(
         f"added {added.kind} source {added.name} for {_scope(principal)}: {added.tools} tools"
     )
+    for warning in added.left_out:
+        typer.echo(f"  left out: {warning}")
 
 
 @sources_app.command("list")
@@ -147,6 +147,8 @@ def sources_list(
                 typer.echo(
                     f"{found.name:<24} {found.kind:<8} {found.scope:<10} {found.tools} tools"
                 )
+                for warning in found.left_out:
+                    typer.echo(f"  left out: {warning}")
             return
         for row in catalog.every():
             typer.echo(f"{row.name:<24} {row.kind:<8} {_scope(row.principal_id)}")

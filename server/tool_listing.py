@@ -10,7 +10,7 @@ import mcp_types as types
 
 from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
-from lockgate.machine.tools.admin_source import ADD_GRAPHQL, ADD_MCP, ADD_OPENAPI, LIST, REMOVE
+from lockgate.machine.tools.admin_source import ADDERS, LIST, REMOVE
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 
 #: What `execute`'s schema tells a client about the key.
@@ -84,7 +84,7 @@ def execute_description(registry: ToolRegistry, policy: Policy, model_accepts: b
 
 
 #: The source tools, offered as MCP tools too: a client without code adds its sources.
-SOURCE_TOOLS = {spec.name: spec for spec in (ADD_OPENAPI, ADD_GRAPHQL, ADD_MCP, LIST, REMOVE)}
+SOURCE_TOOLS = {spec.name: spec for spec in (*(add for add, _ in ADDERS), LIST, REMOVE)}
 
 
 def source_tool_code(name: str, arguments: dict[str, Any]) -> str:

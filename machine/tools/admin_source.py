@@ -17,106 +17,37 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
-from lockgate.machine.tools.source_tables import AUTH_FORMS, REQUEST
+from lockgate.machine.tools.kinds import STORED_KINDS
+from lockgate.machine.tools.source_kind import ADMIN_SOURCE, NAME_ARGUMENT, admin_tool, arguments
+from lockgate.machine.tools.source_tables import REQUEST
 from lockgate.machine.tools.spec import Tool, ToolContext, ToolSpec
 
 if TYPE_CHECKING:  # the catalog is given at start-up (it needs the book this source is in)
     from lockgate.machine.source_catalog import SourceCatalog
 
 
-SOURCE = "lockgate"
+SOURCE = ADMIN_SOURCE
 
-_NAME: dict[str, JsonValue] = {
-    "type": "string",
-    "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-    "maxLength": 64,
-    "description": "The source's name: its tools are then tools.<name>.<tool>(...).",
-}
-_AUTH: dict[str, JsonValue] = {
-    "type": "object",
-    "description": "Optional: which stored secret the calls carry, and how. One of "
-    + AUTH_FORMS.replace(" = ", ": "),
-}
-
-
-def _schema(required: list[str], **properties: JsonValue) -> dict[str, JsonValue]:
-    return {
-        "type": "object",
-        "properties": dict(properties),
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
-def _spec(name: str, description: str, parameters: dict[str, JsonValue], *, read: bool) -> ToolSpec:
-    return ToolSpec(
-        source=SOURCE,
-        name=name,
-        description=description,
-        parameters=parameters,
-        returns="dict" if not name.startswith("list") else "list[dict]",
-        idempotent=read,
-        default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
-    )
-
-
-ADD_OPENAPI = _spec(
-    "add_openapi_source",
-    "Add an OpenAPI 3.0/3.1 API as a source of tools for your code: each operation becomes "
-    "tools.<name>.<operationId>(...). document: the document's JSON or YAML text, or its "
-    "http(s) URL. Returns {name, kind, scope, tools}.",
-    _schema(
-        ["name", "document"],
-        name=_NAME,
-        document={"type": "string", "minLength": 1, "description": "The text, or its URL."},
-        base_url={
-            "type": "string",
-            "pattern": "^https?://",
-            "description": "Optional: where calls go, instead of the document's first server.",
-        },
-        auth=_AUTH,
-    ),
-    read=False,
-)
-ADD_GRAPHQL = _spec(
-    "add_graphql_source",
-    "Add a GraphQL endpoint as a source: tools.<name>.query(query=..., variables=...) and "
-    "tools.<name>.mutate(...). schema: optional SDL text; without it the endpoint is "
-    "introspected. Returns {name, kind, scope, tools}.",
-    _schema(
-        ["name", "endpoint"],
-        name=_NAME,
-        endpoint={"type": "string", "pattern": "^https?://"},
-        schema={"type": "string", "minLength": 1, "description": "Optional SDL text."},
-        auth=_AUTH,
-    ),
-    read=False,
-)
-ADD_MCP = _spec(
-    "add_mcp_source",
-    "Add an upstream MCP server (streamable HTTP) as a source: its tools become "
-    "tools.<name>.<tool>(...). Returns {name, kind, scope, tools}.",
-    _schema(["name", "url"], name=_NAME, url={"type": "string", "pattern": "^https?://"}),
-    read=False,
-)
-LIST = _spec(
+LIST = admin_tool(
     "list_sources",
     "The sources your code can call: each {name, kind, scope, tools}; scope is configured "
-    "(the server's), global (stored for everyone) or own (yours, which you may remove).",
-    _schema([]),
+    "(the server's), global (stored for everyone) or own (yours, which you may remove). A "
+    "source whose document has operations it cannot serve also has left_out: each one "
+    "named, with why.",
+    arguments([]),
     read=True,
 )
-REMOVE = _spec(
+REMOVE = admin_tool(
     "remove_source",
     "Remove one of your own sources: its tools are gone for later calls. Returns "
     "{name, kind, scope, tools}.",
-    _schema(["name"], name=_NAME),
+    arguments(["name"], name=NAME_ARGUMENT),
     read=False,
 )
 
-_ADDED_KIND = {ADD_OPENAPI.name: "openapi", ADD_GRAPHQL.name: "graphql", ADD_MCP.name: "mcp"}
+#: Agent code's tools that add a source, one per kind it may add, and the kind each adds.
+ADDERS = tuple((kind.add_tool, kind.name) for kind in STORED_KINDS if kind.add_tool is not None)
 
 
 @dataclass(frozen=True)
@@ -156,9 +87,7 @@ class AdminSource:
 
     def tools(self) -> Sequence[Tool]:
         made: list[Tool] = [
-            _AdminTool(spec, self._adder(kind), self._checker(kind))
-            for spec in (ADD_OPENAPI, ADD_GRAPHQL, ADD_MCP)
-            for kind in [_ADDED_KIND[spec.name]]
+            _AdminTool(spec, self._adder(kind), self._checker(kind)) for spec, kind in ADDERS
         ]
         made += [_AdminTool(LIST, self._list), _AdminTool(REMOVE, self._remove)]
         return made

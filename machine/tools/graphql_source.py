@@ -132,6 +132,9 @@ class GraphQLOperation:
 class GraphQLSource:
     """One GraphQL endpoint and its schema."""
 
+    #: Its kind of table (`machine.tools.kinds`), as `list_sources` shows it.
+    kind = "graphql"
+
     def __init__(
         self,
         name: str,

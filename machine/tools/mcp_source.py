@@ -183,6 +183,9 @@ class McpTool:
 class McpSource:
     """The tools one upstream server lists, as it listed them when the source was made."""
 
+    #: Its kind of table (`machine.tools.kinds`), as `list_sources` shows it.
+    kind = "mcp"
+
     def close(self) -> None:
         self.upstream.close()
 

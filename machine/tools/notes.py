@@ -119,6 +119,9 @@ class NotesSource:
     check that the right secret reached the call through the secret store.
     """
 
+    #: As `list_sources` shows it: the built-in notes.
+    kind = "notes"
+
     name = SOURCE
 
     def __init__(self, data_dir: Path | None = None, *, expected_token: str | None = None) -> None:

@@ -160,6 +160,9 @@ def _text(value: JsonValue) -> str:
 class OpenApiSource:
     """The operations of one OpenAPI document (a mapping, already parsed)."""
 
+    #: Its kind of table (`machine.tools.kinds`), as `list_sources` shows it.
+    kind = "openapi"
+
     def __init__(
         self,
         name: str,

@@ -38,7 +38,7 @@ from lockgate.machine.tools.spec import Tool as Tool
 from lockgate.machine.tools.spec import ToolContext as ToolContext
 from lockgate.machine.tools.spec import ToolSource as ToolSource
 from lockgate.machine.tools.spec import ToolSpec as ToolSpec
-from lockgate.machine.tools.spec import is_identifier
+from lockgate.machine.tools.spec import is_identifier, left_out_of
 from lockgate.machine.tools.spec import make_idempotency_key as make_idempotency_key
 from lockgate.machine.tools.stubs import module_stub, package_stub, package_text
 from lockgate.machine.tools.tool_search import ToolIndex
@@ -52,6 +52,8 @@ class ToolRegistry:
     def __init__(self, *, discovery_hint: str = _DEFAULT_DISCOVERY_HINT) -> None:
         self._discovery_hint = discovery_hint
         self._sources: dict[str, dict[str, Tool]] = {}
+        #: What each source left out of its document, in words (`left_out_of`).
+        self._left_out: dict[str, tuple[str, ...]] = {}
         self._frozen: Namespace | None = None
         #: The full-text index `describe` ranks with, built on its first query.
         self._index: ToolIndex | None = None
@@ -77,7 +79,16 @@ class ToolRegistry:
                 raise InvalidToolSource(f"tool source {name!r} has two tools named {spec.name!r}")
             tools[spec.name] = tool
         self._sources[name] = tools
+        self._left_out[name] = left_out_of(source)
         self._frozen = self._index = None
+
+    def left_out(self, source: str | None = None) -> dict[str, tuple[str, ...]]:
+        """What each source (or only `source`) could not serve, for those that left some out."""
+        return {
+            name: warnings
+            for name, warnings in sorted(self._left_out.items())
+            if warnings and source in (None, name)
+        }
 
     def get(self, full_name: str) -> Tool:
         """The tool named `source.name`; `tools.source.name` (the call name) is accepted."""

@@ -1,6 +1,5 @@
-"""What describes a tool source's table, without the source kinds themselves (which import
-OpenAPI, GraphQL and MCP libraries only when a source is built): where a table came from,
-the kinds a table may be, and the auth forms it may use."""
+"""What describes a tool source's table, without the source kinds themselves
+(`machine.tools.kinds`): where a table came from, and the auth forms it may use."""
 
 from __future__ import annotations
 
@@ -25,11 +24,6 @@ class Origin:
 #: Where a request's source table comes from (agent code's `tools.lockgate.add_*_source`):
 #: no file on the server may be named.
 REQUEST = Origin("the request", None, commands=False)
-
-#: The kinds of source a table may describe, besides [[python]] (which only the sources
-#: file and installed plugins give: it imports code).
-SOURCE_KINDS = ("openapi", "graphql", "mcp")
-
 
 AUTH_FORMS = (
     '{ bearer = "<secret>" }, { basic = "<secret>" }, { header = "<name>", secret = "<secret>" }'

@@ -191,7 +191,16 @@ class Tool(Protocol):
 
 
 class ToolSource(Protocol):
+    """A source may also say what it left out (`left_out`: a tuple of warnings, one per
+    operation of its document it cannot serve, naming it and why): see `left_out_of`."""
+
     @property
     def name(self) -> str: ...
 
     def tools(self) -> Sequence[Tool]: ...
+
+
+def left_out_of(source: ToolSource) -> tuple[str, ...]:
+    """What `source` could not serve of what it was given, each in words (none for most)."""
+    found = getattr(source, "left_out", ())
+    return tuple(str(warning) for warning in found) if isinstance(found, (tuple, list)) else ()
