@@ -44,10 +44,8 @@ from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.tasks import Tasks, answers_with_task
 from lockgate.server.tool_listing import (
-    DESCRIBED_TOOLS,
     SOURCE_TOOLS,
-    listed_signature,
-    listing,
+    described,
     source_tool_code,
     source_tool_problems,
     tool_list,
@@ -261,31 +259,10 @@ class LockgateMCP:
                 query = DescribeArguments.model_validate(arguments).query
                 policy = await to_thread.run_sync(self.policy.for_principal, principal)
                 registry = await to_thread.run_sync(self.book.registry_for, principal)
-                matched = listing(registry, policy, query)
-                found, more = matched[:DESCRIBED_TOOLS], len(matched) - DESCRIBED_TOOLS
-                text = "\n".join(listed_signature(s, d) for s, d in found) or "No tool matches."
-                if more > 0:
-                    text += (
-                        f"\n… and {more} more tools match: add words to the query to narrow "
-                        "it (they match a tool's name or description)."
-                    )
+                text, structured = described(registry, policy, query)
                 return types.CallToolResult(
                     content=[types.TextContent(type="text", text=text)],
-                    structured_content={
-                        "more": max(more, 0),
-                        "tools": [
-                            {
-                                "name": s.call_name,
-                                "signature": listed_signature(s, decision),
-                                "description": s.description,
-                                "parameters": s.parameters,
-                                "idempotent": s.idempotent,
-                                "policy": decision.value,
-                                "default_policy": s.default_policy.value,
-                            }
-                            for s, decision in found
-                        ],
-                    },
+                    structured_content=structured,
                 )
             if params.name in SOURCE_TOOLS:
                 problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)

@@ -12,6 +12,7 @@ from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from lockgate.machine.tools.admin_source import ADDERS, LIST, REMOVE
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
+from lockgate.machine.tools.tool_details import details
 
 #: What `execute`'s schema tells a client about the key.
 IDEMPOTENCY_KEY_HELP = (
@@ -44,6 +45,58 @@ def listing(
     under the server's configured policy (never the tool's default alone)."""
     return [(spec, policy.decide(spec)) for spec in registry.describe(query)]
 
+
+def described(
+    registry: ToolRegistry, policy: Policy, query: str = ""
+) -> tuple[str, dict[str, Any]]:
+    """`describe_tools`' answer, as text and as structured content: the tools `query`
+    finds (at most `DESCRIBED_TOOLS`), each with its signature, the decision its calls
+    meet, its summary and its arguments' fields (`tool_details`); then what the sources
+    left out of their documents, so a missing operation is explained rather than absent."""
+    matched = listing(registry, policy, query)
+    found, more = matched[:DESCRIBED_TOOLS], len(matched) - DESCRIBED_TOOLS
+    blocks = []
+    for spec, decision in found:
+        lines = [listed_signature(spec, decision)]
+        lines += [f"    {line}" for line in details(spec)]
+        blocks.append("\n".join(lines))
+    text = "\n".join(blocks) or "No tool matches."
+    if more > 0:
+        text += (
+            f"\n… and {more} more tools match: add words to the query to narrow "
+            "it (they match a tool's name or description)."
+        )
+    left_out = registry.left_out()
+    for source, warnings in left_out.items():
+        shown = "; ".join(warnings[:LEFT_OUT_SHOWN])
+        rest = len(warnings) - LEFT_OUT_SHOWN
+        text += (
+            f"\nLeft out of tools.{source} ({len(warnings)} operations its document has but "
+            f"that cannot be served): {shown}"
+            + (f"; and {rest} more (list_sources names each)" if rest > 0 else "")
+        )
+    structured: dict[str, Any] = {
+        "more": max(more, 0),
+        "tools": [
+            {
+                "name": s.call_name,
+                "signature": listed_signature(s, decision),
+                "description": s.description,
+                "parameters": s.parameters,
+                "idempotent": s.idempotent,
+                "policy": decision.value,
+                "default_policy": s.default_policy.value,
+            }
+            for s, decision in found
+        ],
+    }
+    if left_out:
+        structured["left_out"] = {source: list(w) for source, w in left_out.items()}
+    return text, structured
+
+
+#: How many left-out operations of one source `describe_tools` names (list_sources: all).
+LEFT_OUT_SHOWN = 5
 
 #: Up to this many tools, the execute tool's description lists each signature; past it (a
 #: large API: hundreds of operations), each source with its count and how to search.

@@ -16,9 +16,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from lockgate.machine.policy import Policy
 from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.registry import ToolRegistry
 from lockgate.machine.tools.source_file import load_sources
+from lockgate.server.tool_listing import described
 from lockgate.spec import ExecutionStatus as E
 from tests.support.asgi_thread import serve_in_thread
 from tests.support.engine_records import MakeRuntime
@@ -110,3 +112,31 @@ def test_plain_questions_find_github_s_operations(tmp_path: Path) -> None:
     for question in ("get a user", "get a repository", "get file contents"):
         assert question in found, top5[question]
     assert len(found) >= 0.9 * len(QUESTIONS), {q: top5[q] for q in QUESTIONS if q not in found}
+
+
+def test_a_tool_shows_its_body_s_fields_and_allowed_values(tmp_path: Path) -> None:
+    """What a model reads of GitHub's operations in `describe_tools`: under each signature
+    the summary, the body's fields with their types (the required ones marked) and the
+    values an argument may take, within a bound per tool."""
+    shutil.copy(github_rest_description(), tmp_path / "github.json")
+    (tmp_path / "sources.toml").write_text(
+        '[[openapi]]\nname = "github"\ndocument = "github.json"\n'
+        'base_url = "https://api.github.com"\n'
+    )
+    registry = ToolRegistry()
+    for source in load_sources(tmp_path / "sources.toml", HttpLimits()):
+        registry.register(source)
+    text, _ = described(registry, Policy(), "create an issue")
+    block = text.split("\ntools.")[0].splitlines()
+    assert block[0].startswith("tools.github.issues_create(owner: str, repo: str, body: dict")
+    assert block[1] == "    Create an issue (POST /repos/{owner}/{repo}/issues)"
+    assert block[2].startswith("    body fields: title: str | int (required), body: str, ")
+    assert "labels: list[str | dict {id, name, description, color}]" in block[2]
+
+    text, _ = described(registry, Policy(), "list repository issues")
+    listed = next(b for b in text.split("\ntools.") if "issues_list_for_repo(" in b)
+    assert "    state: one of 'open' | 'closed' | 'all'" in listed.splitlines()
+    # Every tool's detail is bounded, however large its body.
+    everything, _ = described(registry, Policy(), "")
+    blocks = everything.split("\ntools.")
+    assert max(len(b) for b in blocks) < 2500

@@ -94,6 +94,13 @@ def test_a_thousand_operations_are_searched_not_listed(
             assert create["parameters"]["components"] == {
                 "schemas": {"Widget": large_document()["components"]["schemas"]["Widget"]}
             }
+            # What a model reads of each tool: its summary, and the body's fields behind
+            # `dict[str, Any]` (the required one marked), not only the signature.
+            assert text_of(found).splitlines()[:3] == [
+                create["signature"],
+                "    Create a widget of kind 417 (POST /widgets417)",
+                "    body fields: name: str (required)",
+            ]
 
             everything = await client.call_tool("describe_tools", {})
             assert len(structured(everything)["tools"]) == 50
