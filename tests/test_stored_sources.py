@@ -243,6 +243,13 @@ def test_the_operator_adds_lists_and_removes_global_sources(
 
     bad = cli.invoke(app, ["sources", "add", "soap", "x", "y"])
     assert bad.exit_code == 2 and "unknown kind of source 'soap'" in bad.output
+    assert "A source is openapi, graphql or mcp." in bad.output
+    # An option another kind takes is refused, not silently dropped.
+    stray = cli.invoke(
+        app, ["sources", "add", "graphql", "shop", "http://127.0.0.1:9/", "--base-url", api.url]
+    )
+    assert stray.exit_code == 2, stray.output
+    assert "--base-url: not an option of a graphql source" in stray.output
     missing = cli.invoke(app, ["sources", "remove", "nothing"])
     assert missing.exit_code == 1 and "there is no global source named 'nothing'" in missing.output
 
