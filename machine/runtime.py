@@ -81,6 +81,7 @@ def http_limits(settings: Settings) -> HttpLimits:
         max_response_bytes=settings.http_max_response_bytes,
         max_redirects=settings.http_max_redirects,
         document_bytes=settings.max_source_document_bytes,
+        catalogues=settings.catalogue_dir,
     )
 
 

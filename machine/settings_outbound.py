@@ -6,6 +6,8 @@ holds one concern; the variables are read the same way (`LOCKGATE_` prefix).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -44,6 +46,19 @@ class OutboundSettings(BaseSettings):
         "resolved address of every connection. The operator's sources reach what they name.",
     )
 
+    catalogue_dir: Path | None = Field(
+        default_factory=lambda: _cache_home() / "lockgate" / "catalogues",
+        description="Where the tools built from the operator's OpenAPI documents are kept, "
+        "under each document's digest, so a restart serves a large API without reading its "
+        "document again (GitHub's: seconds). Empty: built at every start.",
+        json_schema_extra={"shown_default": "$XDG_CACHE_HOME/lockgate/catalogues"},
+    )
+
+    @field_validator("catalogue_dir", mode="before")
+    @classmethod
+    def _no_catalogues(cls, value: object) -> object:
+        return None if value == "" else value
+
     @field_validator("source_allowed_networks")
     @classmethod
     def _networks(cls, text: str) -> str:
@@ -60,3 +75,8 @@ class OutboundSettings(BaseSettings):
         from lockgate.machine.tools.outbound import Reach
 
         return Reach.of_setting(self.source_allowed_networks)
+
+
+def _cache_home() -> Path:
+    """Where a user's caches go (the XDG base directory convention)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -16,7 +16,10 @@ def reference_table() -> str:
     for name, field in ordered:
         variable = "DATABASE_URL" if name == "database_url" else f"LOCKGATE_{name.upper()}"
         default = field.default
-        if isinstance(default, timedelta):
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and "shown_default" in extra:  # one made when read
+            shown = f"`{extra['shown_default']}`"
+        elif isinstance(default, timedelta):
             shown = f"{int(default.total_seconds())} s"
         elif default in (None, ""):
             shown = "(unset)"

@@ -14,6 +14,21 @@ from tests.support.canary import CANARY, SIGNING_KEY
 from tests.support.postgres import PostgresServer, find_bin_dir
 
 
+@pytest.fixture(scope="session", autouse=True)
+def catalogues_of_this_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tools built from OpenAPI documents are kept in a folder of this run's (the
+    servers the tests start inherit it), never in the user's cache, where an earlier run's
+    would serve this one's sources."""
+    folder = tmp_path_factory.mktemp("catalogues")
+    before = os.environ.get("LOCKGATE_CATALOGUE_DIR")
+    os.environ["LOCKGATE_CATALOGUE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        del os.environ["LOCKGATE_CATALOGUE_DIR"]
+    else:
+        os.environ["LOCKGATE_CATALOGUE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def traces_follow_the_model(request: pytest.FixtureRequest) -> Iterator[None]:
     """After every test, each database it used (its `database_url`, and SQLite files under

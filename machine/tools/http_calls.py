@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -45,10 +46,14 @@ class HttpLimits:
     document_bytes: int = 16 * 1024 * 1024
     too_large: str = "ask for less (a filter, a page)."
     reach: Reach = OPERATORS
+    #: Where an operator's OpenAPI source keeps what it built from its document
+    #: (`LOCKGATE_CATALOGUE_DIR`; `machine/tools/openapi_catalogue.py`); None: nowhere.
+    catalogues: Path | None = None
 
     def for_principal(self, allowed: tuple[IPNetwork, ...]) -> HttpLimits:
-        """The same bounds for a principal's source: public addresses (and `allowed`) only."""
-        return replace(self, reach=Reach(public_only=True, allowed=allowed))
+        """The same bounds for a principal's source: public addresses (and `allowed`) only,
+        and nothing it built kept on the server's disk."""
+        return replace(self, reach=Reach(public_only=True, allowed=allowed), catalogues=None)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from lockgate.machine.tools.form_bodies import (
     multipart_parts,
 )
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
+from lockgate.machine.tools.openapi_catalogue import Catalogue, CataloguedOperation
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -99,6 +100,14 @@ class OpenApiOperation:
     @property
     def spec(self) -> ToolSpec:
         return self._spec
+
+    @property
+    def api_parameters(self) -> Sequence[Parameter]:
+        return self._parameters
+
+    @property
+    def body_argument(self) -> str | None:
+        return self._body
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
         path = self.path
@@ -162,6 +171,8 @@ class OpenApiSource:
 
     #: Its kind of table (`machine.tools.kinds`), as `list_sources` shows it.
     kind = "openapi"
+    #: The document's operations it cannot serve, each named with why.
+    left_out: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -182,14 +193,9 @@ class OpenApiSource:
                 hint="Give the document's JSON or YAML (Swagger 2.0 must be converted first).",
             )
         self._legacy = version.startswith("3.0.")
-        found = base_url or self._server_url(document, document_url)
-        if not found:
-            raise InvalidToolSource(
-                f"source {name!r}: the document names no server URL",
-                hint="Set base_url for this source (for example http://127.0.0.1:8080).",
-            )
-        self.base_url: str = found
-        self.limits = limits or HttpLimits()
+        #: The document's first server URL, as written.
+        self.server_url = self._first_server(document)
+        self._serve_at(base_url, document_url, limits)
         components = document.get("components", {})
         if not isinstance(components, Mapping):
             raise InvalidToolSource(
@@ -201,18 +207,91 @@ class OpenApiSource:
         )
         self._tools = self._operations(document)
 
+    def _serve_at(
+        self, base_url: str | None, document_url: str | None, limits: HttpLimits | None
+    ) -> None:
+        url = self.server_url
+        # A relative server URL is relative to where the document was read from.
+        found = base_url or (
+            None
+            if url is None
+            else urljoin(document_url, url)
+            if document_url
+            else url
+            if "://" in url
+            else None
+        )
+        if not found:
+            raise InvalidToolSource(
+                f"source {self.name!r}: the document names no server URL",
+                hint="Set base_url for this source (for example http://127.0.0.1:8080).",
+            )
+        self.base_url: str = found
+        self.limits = limits or HttpLimits()
+
     def tools(self) -> Sequence[OpenApiOperation]:
         return self._tools
 
     @staticmethod
-    def _server_url(document: Mapping[str, Any], document_url: str | None) -> str | None:
+    def _first_server(document: Mapping[str, Any]) -> str | None:
         servers = document.get("servers")
         first = servers[0] if isinstance(servers, list) and servers else None
         url = first.get("url") if isinstance(first, Mapping) else None
-        if not isinstance(url, str):
-            return None
-        # A relative server URL is relative to where the document was read from.
-        return urljoin(document_url, url) if document_url else url if "://" in url else None
+        return url if isinstance(url, str) else None
+
+    def catalogue(self) -> Catalogue:
+        """What was built from the document, to serve again without it (`openapi_catalogue`)."""
+        return Catalogue(
+            operations=tuple(
+                CataloguedOperation(
+                    spec=tool.spec.model_dump(mode="json", exclude={"source", "secrets", "owner"}),
+                    method=tool.method,
+                    path=tool.path,
+                    parameters=tuple((p.argument, p.name, p.location) for p in tool.api_parameters),
+                    body=tool.body_argument,
+                    encoding=tool.encoding,
+                )
+                for tool in self._tools
+            ),
+            server_url=self.server_url,
+            left_out=self.left_out,
+        )
+
+    @classmethod
+    def from_catalogue(
+        cls,
+        name: str,
+        catalogue: Catalogue,
+        *,
+        base_url: str | None = None,
+        document_url: str | None = None,
+        limits: HttpLimits | None = None,
+        auth: Auth | None = None,
+    ) -> OpenApiSource:
+        """The source a catalogue built before describes: its specs were checked when it
+        was built, so they are made again without being checked (the costly part)."""
+        source = cls.__new__(cls)
+        source.name, source.auth, source.server_url = name, auth, catalogue.server_url
+        source._serve_at(base_url, document_url, limits)
+        source.left_out = catalogue.left_out
+        secrets = (auth.secret,) if auth is not None else ()
+        source._tools = [
+            OpenApiOperation(
+                source,
+                ToolSpec.model_construct(
+                    **{**op.spec, "default_policy": PolicyDecision(str(op.spec["default_policy"]))},
+                    source=name,
+                    secrets=secrets,
+                ),
+                op.method,
+                op.path,
+                [Parameter(*p) for p in op.parameters],
+                op.body,
+                op.encoding,
+            )
+            for op in catalogue.operations
+        ]
+        return source
 
     def _resolve(self, item: Any) -> Any:
         """A `$ref` to the document's components, followed (a parameter, a request body)."""

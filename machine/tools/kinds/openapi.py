@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lockgate.machine.tools.errors import InvalidToolSource
+from lockgate.machine.tools.openapi_catalogue import CatalogueShelf, catalogue_key
 from lockgate.machine.tools.source_entries import auth_table, document_text, in_words, is_url, named
 from lockgate.machine.tools.source_kind import (
     AUTH_ARGUMENT,
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from lockgate.machine.secrets import SecretStore
     from lockgate.machine.tools.http_calls import HttpLimits
     from lockgate.machine.tools.openapi import OpenApiSource
+
+log = logging.getLogger("lockgate.sources")
 
 KEYS = ("document", "base_url", "auth")
 
@@ -46,18 +50,33 @@ def build(
     if base_url is not None and not isinstance(base_url, str):
         raise InvalidToolSource(f"source {name!r} in {origin}: base_url must be a string")
     text, url = document_text(name, where, origin.directory, limits)
+    auth = auth_table(name, entry.get("auth"), origin)
+    # Only the operator's: a principal's limits keep nothing (`HttpLimits.for_principal`).
+    shelf = CatalogueShelf(limits.catalogues) if limits.catalogues and origin.commands else None
+    key = catalogue_key(text) if shelf is not None else ""
+    kept = shelf.get(key) if shelf is not None else None
     with in_words(entry):
-        document = load_document(text, name=name, trusted=origin.commands)
-        if not isinstance(document, Mapping):
-            raise InvalidToolSource(f"source {name!r}: its document is not a JSON or YAML object")
-        return OpenApiSource(
-            name,
-            document,
-            base_url=base_url,
-            document_url=url or document_url,
-            limits=limits,
-            auth=auth_table(name, entry.get("auth"), origin),
-        )
+        if kept is not None:
+            source = OpenApiSource.from_catalogue(
+                name, kept, base_url=base_url, document_url=url or document_url,
+                limits=limits, auth=auth,
+            )  # fmt: skip
+            log.info("source %r: served from the tools built before from the same document", name)
+        else:
+            document = load_document(text, name=name, trusted=origin.commands)
+            if not isinstance(document, Mapping):
+                raise InvalidToolSource(
+                    f"source {name!r}: its document is not a JSON or YAML object"
+                )
+            source = OpenApiSource(
+                name, document, base_url=base_url, document_url=url or document_url,
+                limits=limits, auth=auth,
+            )  # fmt: skip
+            if shelf is not None:
+                shelf.put(key, source.catalogue())
+    for warning in source.left_out:
+        log.warning("source %r left out %s", name, warning)
+    return source
 
 
 def settle(
