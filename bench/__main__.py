@@ -24,12 +24,16 @@ from bench.counting import count
 from bench.history import history_cost
 from bench.machine import describe
 from bench.mcp_throughput import mcp_throughput
+from bench.published_sources import published_source_cost
 from bench.report import render
 from bench.resume import resume_cost
 from bench.session_reads import session_read_cost
 from bench.simulator import simulator_throughput
 
 HERE = Path(__file__).resolve().parent
+
+#: The cases `--only` runs by themselves (their result's key in results.json).
+ONLY = {"published_sources": published_source_cost}
 
 
 def timing(database_url: str, workdir: Path, ns: list[int], reps: int, *, monty: bool) -> object:
@@ -96,6 +100,11 @@ def main() -> None:
     parser.add_argument(
         "--render", action="store_true", help="rewrite RESULTS.md from results.json"
     )
+    parser.add_argument(
+        "--only",
+        choices=sorted(ONLY),
+        help="run this one case and keep the other results of results.json",
+    )
     args = parser.parse_args()
     profiles_file = HERE / "profiles.json"
     profiles = json.loads(profiles_file.read_text()) if profiles_file.exists() else {}
@@ -104,6 +113,14 @@ def main() -> None:
         (HERE / "RESULTS.md").write_text(
             render(json.loads(results_file.read_text()), profiles, soak_report.load())
         )
+        return
+    if args.only:
+        results_file = HERE / "results.json"
+        kept = json.loads(results_file.read_text())
+        with tempfile.TemporaryDirectory(prefix="lockgate-bench-", dir="/var/tmp") as tmp:
+            kept[args.only] = ONLY[args.only](Path(tmp), smoke=args.smoke)
+        results_file.write_text(json.dumps(kept, indent=1) + "\n")
+        (HERE / "RESULTS.md").write_text(render(kept, profiles, soak_report.load()))
         return
     ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
     out_dir: Path = args.out or (
@@ -135,6 +152,10 @@ def main() -> None:
         results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
         (work / "session_reads").mkdir()
         results["session_reads"] = session_read_cost(work / "session_reads", smoke=args.smoke)
+        (work / "published_sources").mkdir()
+        results["published_sources"] = published_source_cost(
+            work / "published_sources", smoke=args.smoke
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.published_sources import published_section
 from bench.soak_report import soak_section
 
 #: The cases the suite does not measure yet, said in the results rather than left out.
@@ -459,6 +460,7 @@ def render(
         *_history_section(results.get("history")),
         *_resume_section(results.get("resume")),
         *_session_reads_section(results.get("session_reads")),
+        *published_section(results.get("published_sources")),
         *_profiles_section(profiles or {}),
         *soak_section(soaks or {}),
         *_unmet_section(results),

@@ -204,6 +204,7 @@ class McpSource:
                 source=self.name,
                 name=identifier(tool.name),
                 description=(tool.description or tool.title or tool.name).strip().splitlines()[0],
+                about=(tool.description or "")[:600],
                 parameters=schema,
                 returns="Any",
                 idempotent=read,

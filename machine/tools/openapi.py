@@ -76,6 +76,9 @@ class Parameter:
     location: str  # path | query | header
 
 
+#: How much of an operation's description (and tags) is kept for finding it.
+ABOUT_CHARS = 600
+
 #: Sent with every write: the call's idempotency key.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -420,6 +423,8 @@ class OpenApiSource:
         if used:
             parameters_schema["components"] = used  # where `#/components/...` resolves
         summary = str(operation.get("summary") or operation.get("description") or "").strip()
+        tags = operation.get("tags")
+        words = [str(operation.get("description") or ""), *(tags if isinstance(tags, list) else [])]
         read = method in READS
         spec = ToolSpec(
             source=self.name,
@@ -431,5 +436,6 @@ class OpenApiSource:
             default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
             secrets=(self.auth.secret,) if self.auth is not None else (),
             operation=method.upper(),
+            about=" ".join(map(str, words))[:ABOUT_CHARS],
         )
         return OpenApiOperation(self, spec, method, path, parameters, body_argument, encoding)

@@ -71,6 +71,9 @@ class ToolSpec(BaseModel):
     operation: str | None = None
     """What a call does, for policy conditions: the HTTP method of an OpenAPI operation
     (`DELETE`) or a GraphQL operation type (`mutation`); None for other tools."""
+    about: str = ""
+    """More words about the tool, for finding it only (`describe_tools` ranks by them, a
+    listing does not show them): an operation's description and tags, bounded."""
     owner: str | None = None
     """The principal who added the tool's source (None: the operator's). Its calls read only
     that principal's secrets and reach only public addresses, and policy rules name it as

