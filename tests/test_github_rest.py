@@ -6,15 +6,10 @@ mean among the 1,223 (`describe_tools`' ranking)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from lockgate.machine.policy import Policy
 from lockgate.machine.tools.http_calls import HttpLimits
@@ -22,27 +17,16 @@ from lockgate.machine.tools.registry import ToolRegistry
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.server.tool_listing import described
 from lockgate.spec import ExecutionStatus as E
-from tests.support.asgi_thread import serve_in_thread
 from tests.support.engine_records import MakeRuntime
-from tests.support.published import GITHUB_QUESTIONS, github_rest_description
+from tests.support.published import GITHUB_QUESTIONS, github_sources_file, github_stand_in
 
 pytestmark = pytest.mark.slow  # installs the published description from npm on first use
 
 
 @pytest.fixture(name="github_url")
 def github_fixture() -> Iterator[str]:
-    async def repository(request: Request) -> JSONResponse:
-        owner, repo = request.path_params["owner"], request.path_params["repo"]
-        return JSONResponse({"full_name": f"{owner}/{repo}", "private": False})
-
-    serving = serve_in_thread(
-        Starlette(routes=[Route("/repos/{owner}/{repo}", repository)]), "fake-github"
-    )
-    port = next(serving)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serving.close()
+    with github_stand_in() as url:
+        yield url
 
 
 def test_github_s_rest_description_loads_and_serves_a_read(
@@ -51,12 +35,9 @@ def test_github_s_rest_description_loads_and_serves_a_read(
     github_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    shutil.copy(github_rest_description(), tmp_path / "github.json")
-    (tmp_path / "sources.toml").write_text(
-        f'[[openapi]]\nname = "github"\ndocument = "github.json"\nbase_url = "{github_url}"\n'
-    )
+    sources = github_sources_file(tmp_path, github_url)
     with caplog.at_level("INFO", logger="lockgate.sources"):
-        runtime = make_runtime(sources_file=tmp_path / "sources.toml")
+        runtime = make_runtime(sources_file=sources)
     assert "loading openapi source 'github'" in caplog.text
     assert "loaded openapi source 'github': 1223 tools in" in caplog.text
     specs = {spec.call_name: spec for spec in runtime.registry.specs()}
@@ -70,15 +51,15 @@ def test_github_s_rest_description_loads_and_serves_a_read(
     assert done.result == {"full_name": "octocat/Hello-World", "private": False}
 
 
-def test_plain_questions_find_github_s_operations(tmp_path: Path) -> None:
-    shutil.copy(github_rest_description(), tmp_path / "github.json")
-    (tmp_path / "sources.toml").write_text(
-        '[[openapi]]\nname = "github"\ndocument = "github.json"\n'
-        'base_url = "https://api.github.com"\n'
-    )
+def _github_registry(folder: Path) -> ToolRegistry:
     registry = ToolRegistry()
-    for source in load_sources(tmp_path / "sources.toml", HttpLimits()):
+    for source in load_sources(github_sources_file(folder), HttpLimits()):
         registry.register(source)
+    return registry
+
+
+def test_plain_questions_find_github_s_operations(tmp_path: Path) -> None:
+    registry = _github_registry(tmp_path)
     top5 = {q: [spec.name for spec in registry.describe(q)[:5]] for q in GITHUB_QUESTIONS}
     found = [q for q, meant in GITHUB_QUESTIONS.items() if meant in top5[q]]
     # The three a new user tried first, one said only in the operation's description
@@ -100,14 +81,7 @@ def test_a_tool_shows_its_body_s_fields_and_allowed_values(tmp_path: Path) -> No
     """What a model reads of GitHub's operations in `describe_tools`: under each signature
     the summary, the body's fields with their types (the required ones marked) and the
     values an argument may take, within a bound per tool."""
-    shutil.copy(github_rest_description(), tmp_path / "github.json")
-    (tmp_path / "sources.toml").write_text(
-        '[[openapi]]\nname = "github"\ndocument = "github.json"\n'
-        'base_url = "https://api.github.com"\n'
-    )
-    registry = ToolRegistry()
-    for source in load_sources(tmp_path / "sources.toml", HttpLimits()):
-        registry.register(source)
+    registry = _github_registry(tmp_path)
     text, _ = described(registry, Policy(), "create an issue")
     block = text.split("\ntools.")[0].splitlines()
     assert block[0].startswith("tools.github.issues_create(owner: str, repo: str, body: dict")

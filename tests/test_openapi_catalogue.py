@@ -11,10 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.errors import InvalidArguments
@@ -24,8 +20,11 @@ from lockgate.machine.tools.registry import ToolRegistry
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.machine.tools.source_tables import REQUEST
 from lockgate.machine.tools.spec import ToolContext, ToolSource
-from tests.support.asgi_thread import serve_in_thread
-from tests.support.published import github_rest_description
+from tests.support.published import (
+    github_rest_description,
+    github_sources_file,
+    github_stand_in,
+)
 
 pytestmark = pytest.mark.slow  # installs the published description from npm on first use
 
@@ -34,27 +33,8 @@ SERVED_AGAIN = "served from the tools built before from the same document"
 
 @pytest.fixture(name="github_url")
 def github_fixture() -> Iterator[str]:
-    async def repository(request: Request) -> JSONResponse:
-        owner, repo = request.path_params["owner"], request.path_params["repo"]
-        return JSONResponse({"full_name": f"{owner}/{repo}"})
-
-    serving = serve_in_thread(
-        Starlette(routes=[Route("/repos/{owner}/{repo}", repository)]), "fake-github"
-    )
-    port = next(serving)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serving.close()
-
-
-def _github(tmp_path: Path, base_url: str) -> Path:
-    shutil.copy(github_rest_description(), tmp_path / "github.json")
-    sources = tmp_path / "sources.toml"
-    sources.write_text(
-        f'[[openapi]]\nname = "github"\ndocument = "github.json"\nbase_url = "{base_url}"\n'
-    )
-    return sources
+    with github_stand_in() as url:
+        yield url
 
 
 def _one(sources: Path, limits: HttpLimits) -> ToolSource:
@@ -65,7 +45,7 @@ def _one(sources: Path, limits: HttpLimits) -> ToolSource:
 def test_a_restart_serves_github_from_what_it_built_before(
     tmp_path: Path, github_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sources = _github(tmp_path, github_url)
+    sources = github_sources_file(tmp_path, github_url)
     limits = HttpLimits(catalogues=tmp_path / "catalogues")
     with caplog.at_level("INFO", logger="lockgate.sources"):
         first = _one(sources, limits)
@@ -90,13 +70,13 @@ def test_a_restart_serves_github_from_what_it_built_before(
     answer = registry.get("github.repos_get").call(
         arguments, ToolContext(idempotency_key="e:1", secrets={}, principal_id="alice")
     )
-    assert answer == {"full_name": "octocat/Hello-World"}
+    assert answer == {"full_name": "octocat/Hello-World", "private": False}
 
 
 def test_a_changed_or_damaged_catalogue_is_built_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sources = _github(tmp_path, "https://api.github.com")
+    sources = github_sources_file(tmp_path)
     limits = HttpLimits(catalogues=tmp_path / "catalogues")
     _one(sources, limits)
     [kept] = (tmp_path / "catalogues").glob("*.json")

