@@ -255,7 +255,9 @@ def guarded_transport(reach: Reach, total_secs: float, url: str) -> httpx2.HTTPT
     proxy = None if reach.public_only else _environment_proxy(url)
     # The pool httpx2 made, rebuilt with our backend (httpx2 has no parameter for it).
     transport._pool = (
-        httpcore2.HTTPProxy(proxy_url=proxy, ssl_context=ssl_context, network_backend=backend)
+        httpcore2.HTTPProxy(
+            proxy_url=proxy, ssl_context=ssl_context, network_backend=backend
+        )
         if proxy
         else httpcore2.ConnectionPool(ssl_context=ssl_context, network_backend=backend)
     )
