@@ -296,7 +296,7 @@ def test_an_operation_that_cannot_be_served_is_left_out_and_named(
 ) -> None:
     bodies = "#/components/requestBodies/"
     cycle = {"A": {"$ref": f"{bodies}B"}, "B": {"$ref": f"{bodies}A"}}  # refers to itself
-    document = {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "servers": [{"url": "http://x"}],
         "paths": {"/a": {"post": operation, "get": {"operationId": "fine"}}},
@@ -308,7 +308,7 @@ def test_an_operation_that_cannot_be_served_is_left_out_and_named(
     assert left_out.startswith(problem), left_out
     assert [r.getMessage() for r in caplog.records] == [f"source 'broken': {left_out}"]
     # With no operation left to serve, the document is refused whole, naming the first.
-    del document["paths"]["/a"]["get"]  # type: ignore[attr-defined]
+    del document["paths"]["/a"]["get"]
     with pytest.raises(InvalidToolSource) as caught:
         OpenApiSource("broken", document)
     assert caught.value.message.startswith(
