@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench import source_corpus
 from bench.published_sources import published_section
 from bench.soak_report import soak_section
 
@@ -376,6 +377,7 @@ def _unmet_section(results: dict[str, Any]) -> list[str]:
                 f"{' / '.join(f'{g:g}' for g in rounds)} MiB by round. "
                 f"Why: {WHY['paused']}"
             )
+    found += source_corpus.unmet(results.get("source_corpus"))
     if not found:
         return []
     return ["## Goals not reached yet, by how much, and why", "", *found, ""]
@@ -461,6 +463,7 @@ def render(
         *_resume_section(results.get("resume")),
         *_session_reads_section(results.get("session_reads")),
         *published_section(results.get("published_sources")),
+        *source_corpus.section(results.get("source_corpus")),
         *_profiles_section(profiles or {}),
         *soak_section(soaks or {}),
         *_unmet_section(results),

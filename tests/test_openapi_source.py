@@ -270,33 +270,50 @@ def test_an_auth_it_cannot_use_is_refused_naming_the_forms(
     [
         (
             {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/x/Nope"}}}}},
-            "source 'broken': POST /a cannot be served (PointerToNowhere: '/x/Nope' does not exist",
+            "POST /a (tool broken.post__a) is left out: its $ref '#/x/Nope' points to nothing "
+            "in the document (no 'x' at # (the document's root))",
         ),
         (
             {"requestBody": {"$ref": "#/components/requestBodies/A"}},
-            "source 'broken': POST /a cannot be served (ValueError: more than 32 $refs in a row",
+            "POST /a (tool broken.post__a) is left out: it has more than 32 $refs in a row "
+            "(a cycle?)",
         ),
         (
             {"parameters": [{"name": "q", "in": "query", "schema": {"type": "strnig"}}]},
-            "source 'broken': POST /a cannot be served (parameters at properties/q/type is not a "
-            "valid JSON Schema: 'strnig' is not a JSON type",
+            "POST /a (tool broken.post__a) is left out: parameters at properties/q/type is not "
+            "a valid JSON Schema: 'strnig' is not a JSON type",
+        ),
+        (
+            {"parameters": [{"name": "q", "in": "query", "schema": {"pattern": "(?P<x>a)"}}]},
+            "POST /a (tool broken.post__a) is left out: parameters at properties/q/pattern is "
+            "not a valid JSON Schema: '(?P<x>a)' is not an ECMA-262 regular expression: "
+            "invalid group modifier",
         ),
     ],
 )
-def test_an_operation_that_cannot_be_served_is_named(
-    operation: dict[str, Any], problem: str
+def test_an_operation_that_cannot_be_served_is_left_out_and_named(
+    operation: dict[str, Any], problem: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     bodies = "#/components/requestBodies/"
     cycle = {"A": {"$ref": f"{bodies}B"}, "B": {"$ref": f"{bodies}A"}}  # refers to itself
-    document = {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "servers": [{"url": "http://x"}],
-        "paths": {"/a": {"post": operation}},
+        "paths": {"/a": {"post": operation, "get": {"operationId": "fine"}}},
         "components": {"requestBodies": cycle},
     }
+    source = OpenApiSource("broken", document)
+    assert [tool.spec.name for tool in source.tools()] == ["fine"]
+    (left_out,) = source.left_out
+    assert left_out.startswith(problem), left_out
+    assert [r.getMessage() for r in caplog.records] == [f"source 'broken': {left_out}"]
+    # With no operation left to serve, the document is refused whole, naming the first.
+    del document["paths"]["/a"]["get"]
     with pytest.raises(InvalidToolSource) as caught:
         OpenApiSource("broken", document)
-    assert caught.value.message.startswith(problem), caught.value.message
+    assert caught.value.message.startswith(
+        f"source 'broken': none of its 1 operations can be served; the first: {problem}"
+    ), caught.value.message
 
 
 def test_a_document_is_read_from_a_url_and_a_missing_one_is_named(

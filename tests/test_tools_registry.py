@@ -97,7 +97,8 @@ def test_signatures(registry: ToolRegistry) -> None:
         ({"parameters": {"type": "object", "properties": {"a": {"type": []}}}}, "non-empty"),
         (
             {"parameters": {"type": "object", "properties": {"a": {"pattern": "("}}}},
-            "parameters at properties/a/pattern is not a valid JSON Schema: '(' is not a 'regex'",
+            "parameters at properties/a/pattern is not a valid JSON Schema: '(' is not an "
+            "ECMA-262 regular expression: unbalanced parenthesis",
         ),
         ({"returns": "dict["}, "not a Python type expression"),
     ],

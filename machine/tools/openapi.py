@@ -8,24 +8,26 @@ a person's approval by default. A call goes to the server the document names
 (or the source's `base_url`) with httpx, bounded in time, redirects and response size; an
 HTTP error reaches the code as a `RuntimeError` naming the status with an excerpt of the body.
 
-`$ref`s are resolved by `jsonschema`'s own `referencing` library: each tool's schema carries
-the document's `components`, so `#/components/...` pointers resolve where they are written.
-OpenAPI 3.0's schema dialect is turned into JSON Schema 2020-12 first (`nullable`, boolean
-`exclusiveMinimum`/`exclusiveMaximum`); 3.1's already is.
+A `$ref` may point anywhere in the document (`machine.tools.openapi_refs`); each tool's schema
+carries what it refers to, so its pointers resolve where they are written
+(`machine.tools.openapi_operations` builds each tool's arguments).
+
+An operation that cannot be served (a schema that is not valid JSON Schema, a `pattern` no
+ECMA-262 engine compiles, a `$ref` to nothing, a method no tool may have) is left out, and
+the rest served: each one left out is named, with why, in `OpenApiSource.left_out` and logged
+once as the source is built. A document none of whose operations can be served, or that is
+not OpenAPI 3.0 or 3.1, is refused whole, in words.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin
 
 from pydantic import JsonValue, ValidationError
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource
@@ -33,47 +35,22 @@ from lockgate.machine.tools.form_bodies import (
     FORM,
     MULTIPART,
     BodyEncoding,
-    chosen_media,
-    encoding_of,
     form_fields,
     multipart_parts,
 )
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.openapi_catalogue import Catalogue, CataloguedOperation
+from lockgate.machine.tools.openapi_operations import (
+    OperationShapes,
+    Parameter,
+    to_json_schema,
+)
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READS = frozenset({"get", "head", "options"})
-#: `$ref`s followed in a row before a chain is taken for a cycle.
-MAX_REF_HOPS = 32
-
-
-def to_json_schema(schema: Any) -> Any:
-    """An OpenAPI 3.0 schema object as JSON Schema 2020-12 (a copy; the input is kept)."""
-    if isinstance(schema, list):
-        return [to_json_schema(item) for item in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out = {key: to_json_schema(value) for key, value in schema.items() if key != "nullable"}
-    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
-        if out.get(exclusive) is True and bound in out:
-            out[exclusive] = out.pop(bound)
-        elif isinstance(out.get(exclusive), bool):
-            del out[exclusive]
-    if schema.get("nullable") is True:
-        declared = out.get("type")
-        if isinstance(declared, str):
-            out["type"] = [declared, "null"]
-        elif declared is None:
-            out = {"anyOf": [out, {"type": "null"}]}
-    return out
-
-
-@dataclass(frozen=True)
-class Parameter:
-    argument: str  # the keyword agent code passes
-    name: str  # the name the API knows
-    location: str  # path | query | header
+__all__ = ["OpenApiOperation", "OpenApiSource", "to_json_schema"]
+log = logging.getLogger("lockgate.sources")
 
 
 #: How much of an operation's description (and tags) is kept for finding it.
@@ -147,12 +124,6 @@ class OpenApiOperation:
         )  # fmt: skip
 
 
-def _first_problem(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):  # the ToolSpec refused the operation's schema
-        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-
-
 def _segment(text: str) -> str:
     """`text` as one path segment: every `/` encoded, and `.` or `..` too, which URL
     normalisation would otherwise resolve (`/items/..` is `/`): a path parameter never
@@ -195,7 +166,6 @@ class OpenApiSource:
                 f"source {name!r}: not an OpenAPI 3.0 or 3.1 document (openapi: {version!r})",
                 hint="Give the document's JSON or YAML (Swagger 2.0 must be converted first).",
             )
-        self._legacy = version.startswith("3.0.")
         #: The document's first server URL, as written.
         self.server_url = self._first_server(document)
         self._serve_at(base_url, document_url, limits)
@@ -204,10 +174,9 @@ class OpenApiSource:
             raise InvalidToolSource(
                 f"source {name!r}: its document's 'components' is not an object"
             )
-        self._components = to_json_schema(components) if self._legacy else components
-        self._resolver = Registry().resolver_with_root(
-            DRAFT202012.create_resource({"components": self._components})
-        )
+        self._shapes = OperationShapes(document, legacy=version.startswith("3.0."))
+        #: Each operation left out, named (method, path, tool), with why: in words.
+        self.left_out: tuple[str, ...] = ()
         self._tools = self._operations(document)
 
     def _serve_at(
@@ -296,49 +265,9 @@ class OpenApiSource:
         ]
         return source
 
-    def _resolve(self, item: Any) -> Any:
-        """A `$ref` to the document's components, followed (a parameter, a request body)."""
-        for _ in range(MAX_REF_HOPS):
-            if not (isinstance(item, Mapping) and isinstance(item.get("$ref"), str)):
-                return item
-            item = self._resolver.lookup(item["$ref"]).contents
-        raise ValueError(f"more than {MAX_REF_HOPS} $refs in a row (a cycle?)")
-
-    def _schema(self, schema: Any) -> dict[str, Any]:
-        converted = to_json_schema(schema) if self._legacy else schema
-        if not isinstance(converted, Mapping):
-            return {}
-        out = dict(converted)
-        target = self._resolve(out)
-        if target is not out and isinstance(target, Mapping) and "type" in target:
-            out["type"] = target["type"]  # shown in the signature; the $ref still applies
-        return out
-
-    def _used_components(self, schema: Any) -> dict[str, Any]:
-        """The components `schema` refers to, directly or through one another: each tool
-        carries only those (its listing stays its own size, not the whole document's)."""
-        used: dict[str, dict[str, Any]] = {}
-        todo = [schema]
-        while todo:
-            node = todo.pop()
-            if isinstance(node, list):
-                todo.extend(node)
-                continue
-            if not isinstance(node, Mapping):
-                continue
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/components/") and ref.count("/") == 3:
-                _, _, kind, escaped = ref.split("/")
-                name = escaped.replace("~1", "/").replace("~0", "~")
-                if name not in used.setdefault(kind, {}):
-                    target = self._resolver.lookup(ref).contents
-                    used[kind][name] = target
-                    todo.append(target)
-            todo.extend(node.values())
-        return {kind: found for kind, found in used.items() if found}
-
     def _operations(self, document: Mapping[str, Any]) -> list[OpenApiOperation]:
         made: list[OpenApiOperation] = []
+        left_out: list[str] = []
         taken: set[str] = set()
         paths = document.get("paths") or {}
         if not isinstance(paths, Mapping):
@@ -353,15 +282,28 @@ class OpenApiSource:
             shared = item.get("parameters", [])
             for method in METHODS:
                 operation = item.get(method)
-                if isinstance(operation, Mapping):
-                    try:
-                        made.append(self._operation(str(path), method, operation, shared, taken))
-                    except (Unresolvable, ValueError) as exc:  # a bad $ref, an invalid schema
-                        raise InvalidToolSource(
-                            f"source {self.name!r}: {method.upper()} {path} cannot be served "
-                            f"({_first_problem(exc)})",
-                            hint="Fix the operation in the document, or remove it.",
-                        ) from None
+                if not isinstance(operation, Mapping):
+                    continue
+                name = identifier(str(operation.get("operationId") or f"{method}_{path}"))
+                while name in taken:
+                    name = f"{name}_"
+                try:
+                    made.append(self._operation(str(path), method, operation, shared, name))
+                except _UNSERVABLE as exc:
+                    left_out.append(
+                        f"{method.upper()} {path} (tool {self.name}.{name}) is left out: "
+                        f"{_in_words(exc)}"
+                    )
+                    log.warning("source %r: %s", self.name, left_out[-1])
+                    continue
+                taken.add(name)
+        if left_out and not made:
+            raise InvalidToolSource(
+                f"source {self.name!r}: none of its {len(left_out)} operations can be served; "
+                f"the first: {left_out[0]}",
+                hint="Fix the operations in the document, or remove them.",
+            )
+        self.left_out = tuple(left_out)
         return made
 
     def _operation(
@@ -370,58 +312,9 @@ class OpenApiSource:
         method: str,
         operation: Mapping[str, Any],
         shared: Sequence[Any],
-        taken: set[str],
+        name: str,
     ) -> OpenApiOperation:
-        name = identifier(str(operation.get("operationId") or f"{method}_{path}"))
-        while name in taken:
-            name = f"{name}_"
-        taken.add(name)
-        # Operation-level parameters replace path-level ones of the same name and place.
-        by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
-        own = operation.get("parameters") or []
-        for raw in [*(shared if isinstance(shared, list) else []), *own]:
-            p = self._resolve(raw)
-            if (
-                isinstance(p, Mapping)
-                and p.get("in") in ("path", "query", "header")
-                and isinstance(p.get("name"), str)
-            ):
-                by_key[(str(p["in"]), p["name"])] = p
-        properties: dict[str, Any] = {}
-        required: list[JsonValue] = []
-        parameters: list[Parameter] = []
-        for (location, api_name), p in by_key.items():
-            argument = identifier(api_name)
-            while argument in properties:
-                argument = f"{argument}_"
-            schema = self._schema(p.get("schema", {}))
-            if p.get("description"):
-                schema.setdefault("description", p["description"])
-            properties[argument] = schema
-            parameters.append(Parameter(argument, api_name, location))
-            if location == "path" or p.get("required"):
-                required.append(argument)
-        body_argument, encoding = None, None
-        request = self._resolve(operation.get("requestBody"))
-        content = request.get("content") if isinstance(request, Mapping) else None
-        offered = chosen_media(content) if isinstance(content, Mapping) else None
-        if isinstance(request, Mapping) and offered is not None:
-            media, media_object = offered
-            body_argument = "body" if "body" not in properties else "body_"
-            raw_schema = self._resolve(media_object.get("schema", {}))
-            properties[body_argument] = self._schema(media_object.get("schema", {}))
-            encoding = encoding_of(media, media_object, raw_schema)
-            if request.get("required"):
-                required.append(body_argument)
-        parameters_schema: dict[str, JsonValue] = {
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        }
-        used = self._used_components(properties)
-        if used:
-            parameters_schema["components"] = used  # where `#/components/...` resolves
+        shape = self._shapes.shape(operation, shared)
         summary = str(operation.get("summary") or operation.get("description") or "").strip()
         tags = operation.get("tags")
         words = [str(operation.get("description") or ""), *(tags if isinstance(tags, list) else [])]
@@ -430,7 +323,7 @@ class OpenApiSource:
             source=self.name,
             name=name,
             description=f"{summary.splitlines()[0] if summary else name} ({method.upper()} {path})",
-            parameters=parameters_schema,
+            parameters=shape.parameters_schema,
             returns="Any",
             idempotent=read,
             default_policy=PolicyDecision.APPROVE if read else PolicyDecision.REQUIRE_APPROVAL,
@@ -438,4 +331,23 @@ class OpenApiSource:
             operation=method.upper(),
             about=" ".join(map(str, words))[:ABOUT_CHARS],
         )
-        return OpenApiOperation(self, spec, method, path, parameters, body_argument, encoding)
+        return OpenApiOperation(
+            self, spec, method, path, shape.parameters, shape.body, shape.encoding
+        )
+
+
+#: What keeps one operation from being served, and leaves only it out: a schema or a
+#: `$ref` that cannot be used (ValueError, pydantic's ValidationError among them), or a
+#: shape of the document no check foresaw.
+_UNSERVABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
+
+
+def _in_words(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):  # the ToolSpec refused the operation's schema
+        text = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    elif type(exc) is ValueError or exc.__class__.__module__.startswith("lockgate."):
+        text = str(exc)  # already in words
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= 400 else f"{first[:400]}…"

@@ -11,12 +11,16 @@ shape (`type`, `properties`, `required`, `items`); anything richer reads as `Any
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
+from typing import Any
 
 from jsonschema import FormatChecker
-from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from pydantic import JsonValue
+
+from lockgate.machine.tools.ecma_patterns import ecma_format_checker, with_ecma_patterns
+from lockgate.machine.tools.schema_check import schema_problem
 
 PY_TYPES = {
     "string": "str",
@@ -51,24 +55,17 @@ def required_names(schema: Mapping[str, JsonValue]) -> list[str]:
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
-def _dialect(schema: Mapping[str, JsonValue]) -> type[Validator]:
+def _dialect(schema: Mapping[str, Any]) -> type[Validator]:
     return validator_for(schema, default=validator_for({}))
 
 
-def check_schema(schema: Mapping[str, JsonValue], where: str) -> None:
+def check_schema(schema: Mapping[str, Any], where: str) -> None:
     """Refuse, at registration, a schema that is not valid in its dialect (an unknown type, a
-    `required` that is not a list of names, a `pattern` that is not a regular expression...)."""
-    dialect = _dialect(schema)
-    meta = dialect(dialect.META_SCHEMA, format_checker=dialect.FORMAT_CHECKER)
-    # The most relevant error first (`best_match`), one reported.
-    error = best_match(meta.iter_errors(dict(schema)))
-    if error is not None:
-        at = "/".join(str(part) for part in error.absolute_path)
-        message = error.message
-        if error.validator == "anyOf" and list(error.absolute_path)[-1:] == ["type"]:
-            # The metaschema's anyOf over one name or a list of them says only "not valid
-            # under any of the given schemas".
-            message = f"{error.instance!r} is not a JSON type ({', '.join(sorted(PY_TYPES))})"
+    `required` that is not a list of names, a `pattern` that is not an ECMA-262 regular
+    expression...): `machine.tools.schema_check`, which remembers what it has checked."""
+    found = schema_problem(_dialect(schema), schema)
+    if found is not None:
+        at, message = found
         raise ValueError(
             f"{where}{f' at {at}' if at else ''} is not a valid JSON Schema: {message}"
         )
@@ -77,5 +74,11 @@ def check_schema(schema: Mapping[str, JsonValue], where: str) -> None:
 def schema_validator(schema: Mapping[str, JsonValue]) -> Validator:
     """A validator for `schema` in its own dialect that checks `format` too (each format whose
     checker is installed, pyproject.toml lists them: date-time, email, uri, uuid, ipv4...;
-    not `iri`, whose checker costs most of a second of every boot)."""
-    return _dialect(schema)(schema, format_checker=FormatChecker())
+    not `iri`, whose checker costs most of a second of every boot), its `pattern`s read as
+    ECMA-262 expressions (`machine.tools.ecma_patterns`)."""
+    return with_ecma_patterns(_dialect(schema))(schema, format_checker=_formats())
+
+
+@cache
+def _formats() -> FormatChecker:
+    return ecma_format_checker()

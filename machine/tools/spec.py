@@ -9,6 +9,7 @@ JSON Schema of an object (`machine.tools.schema`), because agent code calls
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,14 @@ from types import MappingProxyType
 from typing import Protocol
 
 from jsonschema.protocols import Validator
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from lockgate.machine.policy import PolicyDecision, normal_condition
 from lockgate.machine.tools.schema import check_schema, property_schemas, schema_validator
@@ -47,6 +55,20 @@ def identifier(text: str) -> str:
     if name[0].isdigit():
         name = f"_{name}"
     return f"{name}_" if keyword.iskeyword(name) else name
+
+
+class PlainJson(dict[str, JsonValue]):
+    """A schema its maker has checked to be plain JSON (text keys, lists, finite numbers:
+    `is_plain_json`), which a `ToolSpec` keeps as it is, not copied."""
+
+
+def is_plain_json(value: object) -> bool:
+    """Whether `value` is JSON as `json` reads it back (in C): no tuple, no key that is not
+    text, no number that is not finite, no value of another type (a YAML date)."""
+    try:
+        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def _empty_object_schema() -> dict[str, JsonValue]:
@@ -90,6 +112,19 @@ class ToolSpec(BaseModel):
         if not is_identifier(value):
             raise ValueError(f"{value!r} is not a Python identifier (agent code calls it)")
         return value
+
+    @field_validator("parameters", mode="wrap")
+    @classmethod
+    def _kept_when_plain_json(
+        cls, schema: object, handler: ValidatorFunctionWrapHandler
+    ) -> dict[str, JsonValue]:
+        """A `PlainJson` schema is kept as it is: pydantic's check of a JsonValue copies
+        every list and object, seconds (and a copy each) for the thousands of tools of an
+        API whose schemas share large definitions. Any other is checked and copied."""
+        if type(schema) is PlainJson:
+            return schema
+        checked: dict[str, JsonValue] = handler(schema)
+        return checked
 
     @field_validator("parameters")
     @classmethod

@@ -62,6 +62,9 @@ def build(
                 limits=limits, auth=auth,
             )  # fmt: skip
             log.info("source %r: served from the tools built before from the same document", name)
+            # Built from the document, the source logs these itself (once, as it builds).
+            for warning in source.left_out:
+                log.warning("source %r: %s", name, warning)
         else:
             document = load_document(text, name=name, trusted=origin.commands)
             if not isinstance(document, Mapping):
@@ -74,8 +77,6 @@ def build(
             )  # fmt: skip
             if shelf is not None:
                 shelf.put(key, source.catalogue())
-    for warning in source.left_out:
-        log.warning("source %r left out %s", name, warning)
     return source
 
 
