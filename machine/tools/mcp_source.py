@@ -6,8 +6,11 @@ SDK's own client. What a call needs follows its annotations: `readOnlyHint` make
 for a person by default.
 
 The SDK's client is async and a tool call runs on a worker thread, so each upstream has an
-event loop of its own, on a thread that holds the connection open between calls. A call
-that finds the connection gone fails in words and drops it; the next call connects again.
+event loop of its own, on a thread that holds the connection open between calls. A write
+is sent only once the upstream answered a ping on the connection: one that died while the
+write waited for a person is connected again first, so the approval is not spent on a dead
+connection. A read that finds the connection gone fails in words and drops it; the next call
+connects again.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Any, TypeVar
 from mcp import Client, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
@@ -124,14 +129,49 @@ class McpUpstream:
         if stop is not None:
             self._loop.call_soon_threadsafe(stop.set)
 
-    def run(self, work: Callable[[Client], Awaitable[T]]) -> T:
+    def _current(self) -> Client:
+        """The open connection, or a new one if there is none or its task has ended."""
         with self._lock:
             gone = self._held is not None and self._held.done()
             if self._client is None or gone:
                 self._drop()
-                client = self._connect()
-            else:
-                client = self._client
+                return self._connect()
+            return self._client
+
+    def _answers(self, client: Client) -> bool:
+        """Whether the upstream answers a ping on `client` within the bound. A dead stdio
+        process, a closed transport or a connection whose task has ended does not. Any
+        answer will do: an error too (the 2026-07-28 protocol has no ping, and a server
+        speaking it says "Method not found"), since only a live upstream answers at all."""
+        ping = asyncio.run_coroutine_threadsafe(client.session.send_ping(), self._loop)
+        try:
+            ping.result(self.timeout_secs)
+        except FutureTimeout:
+            ping.cancel()
+            return False
+        except MCPError as exc:
+            return exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+        except Exception:
+            return False
+        return True
+
+    def _live(self) -> Client:
+        """A connection the upstream answered on just now: the open one if it answers a
+        ping, else a new one. Nothing of the call is sent before this."""
+        client = self._current()
+        if self._answers(client):
+            return client
+        log.info("the upstream MCP server %r is gone; connecting again", self.name)
+        with self._lock:
+            if self._client is client:  # (another call may have connected again already)
+                self._drop()
+        return self._current()
+
+    def run(self, work: Callable[[Client], Awaitable[T]], *, probe: bool = False) -> T:
+        """Run `work` on the connection. `probe`: first make sure the upstream answers
+        (connecting again if it went away), for a call that must not be spent on a dead
+        connection: a write a person approved, perhaps long after the connection opened."""
+        client = self._live() if probe else self._current()
 
         async def call() -> T:
             return await work(client)
@@ -170,7 +210,11 @@ class McpTool:
         self._upstream, self.spec, self._name = upstream, spec, upstream_name
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        result = self._upstream.run(lambda client: client.call_tool(self._name, arguments))
+        # A write is sent only on a connection the upstream answered on just now: one that
+        # died while the call waited for a person is opened again first.
+        result = self._upstream.run(
+            lambda client: client.call_tool(self._name, arguments), probe=not self.spec.idempotent
+        )
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
         if result.is_error:
             raise ToolFailed(f"the upstream tool {self._name!r} failed: {text or 'no message'}")

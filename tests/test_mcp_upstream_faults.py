@@ -1,0 +1,79 @@
+"""An upstream MCP server that goes away: before a write is sent (it waited for a person and
+its upstream died meanwhile: the write is made on a new connection, the approval not spent
+for nothing), and while a call is in flight (a write's outcome is unknown: the call is left
+in doubt as recovery leaves one; a read fails in words as before). Real stdio upstreams
+(`tests.support.upstream_mcp_faults`), killed for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockgate.machine.engine import Action
+from lockgate.machine.runtime import Runtime
+from lockgate.spec import ExecutionStatus
+from tests.support.engine_records import MakeRuntime
+from tests.support.polling import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sources_file(tmp_path: Path) -> Path:
+    module = "tests.support.upstream_mcp_faults"
+    command = [sys.executable, "-m", module, str(tmp_path / "effects")]
+    path = tmp_path / "sources.toml"
+    env = f"{{ PYTHONPATH = {json.dumps(str(ROOT))} }}"  # so it finds tests.support
+    path.write_text(f'[[mcp]]\nname = "up"\ncommand = {json.dumps(command)}\nenv = {env}\n')
+    return path
+
+
+@pytest.fixture(name="rt")
+def rt_fixture(make_runtime: MakeRuntime, tmp_path: Path) -> Iterator[Runtime]:
+    rt = make_runtime(sources_file=sources_file(tmp_path))
+    yield rt
+    rt.close_sources()
+
+
+def effects(tmp_path: Path) -> list[dict[str, int | str]]:
+    file = tmp_path / "effects"
+    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
+def dead(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def upstream_pid(rt: Runtime) -> int:
+    done = rt.engine.execute("alice", "tools.up.pid()")
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert isinstance(done.result, dict)
+    pid = done.result["result"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def test_a_write_whose_upstream_died_while_it_waited_is_made_on_a_new_connection(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    first = upstream_pid(rt)
+    paused = rt.engine.execute("alice", "tools.up.delete_thing(thing_id=7)")
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: dead(first), "the upstream to die")
+    done = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert done.result == {"result": "deleted 7"}
+    [made] = effects(tmp_path)
+    assert made["deleted"] == 7 and made["pid"] != first  # made once, by a new upstream
+    assert upstream_pid(rt) == made["pid"]
