@@ -1,11 +1,13 @@
 """An upstream MCP server that goes away: before a write is sent (it waited for a person and
 its upstream died meanwhile: the write is made on a new connection, the approval not spent
 for nothing), and while a call is in flight (a write's outcome is unknown: the call is left
-in doubt as recovery leaves one; a read fails in words as before). Real stdio upstreams
+in doubt as recovery leaves one; a read fails in words as before); and an upstream's images,
+sounds and resources as agent code gets them. Real stdio upstreams
 (`tests.support.upstream_mcp_faults`), killed for real."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -22,6 +24,8 @@ from tests.support.engine_records import MakeRuntime
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The bytes of the images and sounds the upstream answers (`upstream_mcp_faults.PIXELS`).
+PIXELS = bytes(range(256)) * 4
 
 
 def sources_file(tmp_path: Path) -> Path:
@@ -77,3 +81,47 @@ def test_a_write_whose_upstream_died_while_it_waited_is_made_on_a_new_connection
     [made] = effects(tmp_path)
     assert made["deleted"] == 7 and made["pid"] != first  # made once, by a new upstream
     assert upstream_pid(rt) == made["pid"]
+
+
+def test_images_sounds_and_resources_reach_the_code_as_typed_parts(rt: Runtime) -> None:
+    done = rt.engine.execute("alice", "tools.up.media()")
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    data = base64.b64encode(PIXELS).decode()
+    assert done.result == [
+        {"type": "text", "text": "a caption"},
+        {"type": "image", "mime_type": "image/png", "data": data},
+        {"type": "audio", "mime_type": "audio/wav", "data": data},
+        {"type": "resource", "uri": "file:///notes/a.txt", "mime_type": "text/plain", "text": "hi"},
+        {
+            "type": "resource",
+            "uri": "file:///blobs/b.bin",
+            "mime_type": "application/octet-stream",
+            "blob": data,
+        },
+        {
+            "type": "resource_link",
+            "uri": "file:///big/c.csv",
+            "name": "c.csv",
+            "title": None,
+            "description": None,
+            "mime_type": "text/csv",
+        },
+    ]
+    # Text alone is still text, its parts joined, as it always was.
+    assert rt.engine.execute("alice", "tools.up.two_texts()").result == "one\ntwo"
+
+
+def test_an_image_too_large_is_refused_in_words(rt: Runtime) -> None:
+    code = (
+        "try:\n    r = tools.up.big_image(size=2_000_000)\nexcept RuntimeError as e:\n"
+        "    r = str(e)\nr"
+    )
+    done = rt.engine.execute("alice", code)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert isinstance(done.result, str)
+    assert done.result.startswith("tools.up.big_image failed: the upstream tool 'big_image' ")
+    assert "more than 1048576 (LOCKGATE_HTTP_MAX_RESPONSE_BYTES); ask it for less" in done.result
+    # Within that bound but past the result's own (LOCKGATE_MAX_RESULT_BYTES), the code
+    # gets the truncation marker every tool's result gets.
+    cut = rt.engine.execute("alice", "tools.up.big_image(size=100_000)")
+    assert isinstance(cut.result, dict) and cut.result["truncated"] is True

@@ -1,9 +1,9 @@
 """An upstream MCP server as a tool source: its tools proxied with their own schemas.
 
 The upstream is a command run over stdio or a streamable HTTP URL, reached with the `mcp`
-SDK's own client. What a call needs follows its annotations: `readOnlyHint` makes it a read
-(idempotent, approved by default); `destructiveHint`, or no annotation at all, makes it wait
-for a person by default.
+SDK's own client (what agent code gets of an answer: `mcp_content`). What a call needs
+follows its annotations: `readOnlyHint` makes it a read (idempotent, approved by default);
+`destructiveHint`, or no annotation at all, makes it wait for a person by default.
 
 The SDK's client is async and a tool call runs on a worker thread, so each upstream has an
 event loop of its own, on a thread that holds the connection open between calls. A write
@@ -33,6 +33,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.mcp_content import answer_of, failure_text
 from lockgate.machine.tools.outbound import Reach, guarded_async_client
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
@@ -52,9 +53,17 @@ class McpUpstream:
     """The connection to one upstream server, on an event loop thread of its own."""
 
     def __init__(
-        self, name: str, target: Target, timeout_secs: float, *, reach: Reach | None = None
+        self,
+        name: str,
+        target: Target,
+        timeout_secs: float,
+        *,
+        reach: Reach | None = None,
+        max_answer_bytes: int = 1024 * 1024,
     ) -> None:
         self.name, self.target, self.timeout_secs = name, target, timeout_secs
+        #: The largest answer of a tool kept (its compact JSON); a larger one is refused.
+        self.max_answer_bytes = max_answer_bytes
         #: Where an upstream over HTTP may be reached (a principal's: public addresses).
         self.reach = reach or Reach()
         self._loop = asyncio.new_event_loop()
@@ -215,13 +224,9 @@ class McpTool:
         result = self._upstream.run(
             lambda client: client.call_tool(self._name, arguments), probe=not self.spec.idempotent
         )
-        text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
         if result.is_error:
-            raise ToolFailed(f"the upstream tool {self._name!r} failed: {text or 'no message'}")
-        if result.structured_content is not None:
-            structured: JsonValue = result.structured_content
-            return structured
-        return text
+            raise ToolFailed(f"the upstream tool {self._name!r} failed: {failure_text(result)}")
+        return answer_of(result, self._name, self._upstream.max_answer_bytes)
 
 
 class McpSource:
