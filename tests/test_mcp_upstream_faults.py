@@ -19,6 +19,7 @@ import pytest
 
 from lockgate.machine.engine import Action
 from lockgate.machine.runtime import Runtime
+from lockgate.server import shapes
 from lockgate.spec import ExecutionStatus
 from tests.support.engine_records import MakeRuntime
 from tests.support.polling import wait_for
@@ -125,3 +126,46 @@ def test_an_image_too_large_is_refused_in_words(rt: Runtime) -> None:
     # gets the truncation marker every tool's result gets.
     cut = rt.engine.execute("alice", "tools.up.big_image(size=100_000)")
     assert isinstance(cut.result, dict) and cut.result["truncated"] is True
+
+
+def test_a_write_whose_upstream_dies_mid_call_is_left_in_doubt(rt: Runtime, tmp_path: Path) -> None:
+    paused = rt.engine.execute("alice", "tools.up.delete_and_die(thing_id=9)")
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    done = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    [made] = effects(tmp_path)
+    assert made["deleted"] == 9  # it ran, and nobody here can know it
+    # As recovery leaves a call whose instance died after dispatching it: in doubt, named.
+    assert done.status is ExecutionStatus.INTERRUPTED
+    assert [(c.tool, c.status) for c in done.calls] == [("up.delete_and_die", "in_doubt")]
+    assert isinstance(done.what_ran, dict)
+    assert done.what_ran["in_doubt"] == [{"seq": 1, "tool": "up.delete_and_die"}]
+    cause = (
+        "the upstream MCP server 'up' closed the connection after the call was sent, before "
+        "answering: whether the call took effect is unknown"
+    )
+    assert done.what_ran["cause"] == cause
+    answer = shapes.execution(done, None)
+    assert answer.is_error and answer.structured_content is not None
+    assert answer.structured_content["executionStatus"] == "interrupted"
+    assert answer.structured_content["error"] == {
+        "code": "interrupted",
+        "message": f"Execution {done.id!r} was interrupted: {cause}. Going on could have "
+        "repeated that call; see what_ran for the calls that completed and the call in doubt.",
+        "hint": "Check whether the call in doubt took effect before running the code again.",
+        "what_ran": done.what_ran,
+    }
+    # The source connects again for the next call.
+    assert upstream_pid(rt) != made["pid"]
+
+
+def test_a_read_whose_upstream_dies_mid_call_fails_in_words_as_before(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    code = "try:\n    tools.up.look_and_die(key='k')\nexcept RuntimeError as e:\n    r = str(e)\nr"
+    done = rt.engine.execute("alice", code)
+    assert done.status is ExecutionStatus.COMPLETED, done.error
+    assert isinstance(done.result, str)
+    assert done.result.startswith("tools.up.look_and_die failed: the upstream MCP server 'up' ")
+    assert done.result.endswith("the next call connects again")
+    assert [(c.tool, c.status) for c in done.calls] == [("up.look_and_die", "failed")]
+    assert [e["looked"] for e in effects(tmp_path)] == ["k"]

@@ -9,8 +9,9 @@ The SDK's client is async and a tool call runs on a worker thread, so each upstr
 event loop of its own, on a thread that holds the connection open between calls. A write
 is sent only once the upstream answered a ping on the connection: one that died while the
 write waited for a person is connected again first, so the approval is not spent on a dead
-connection. A read that finds the connection gone fails in words and drops it; the next call
-connects again.
+connection. A write whose answer is lost once it was sent (the connection closed, or no
+answer within the bound) raises `ToolOutcomeUnknown`: the engine leaves it in doubt. A read
+that finds the connection gone fails in words and drops it; the next call connects again.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
-from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed, ToolOutcomeUnknown
 from lockgate.machine.tools.mcp_content import answer_of, failure_text
 from lockgate.machine.tools.outbound import Reach, guarded_async_client
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
@@ -176,11 +177,12 @@ class McpUpstream:
                 self._drop()
         return self._current()
 
-    def run(self, work: Callable[[Client], Awaitable[T]], *, probe: bool = False) -> T:
-        """Run `work` on the connection. `probe`: first make sure the upstream answers
-        (connecting again if it went away), for a call that must not be spent on a dead
-        connection: a write a person approved, perhaps long after the connection opened."""
-        client = self._live() if probe else self._current()
+    def run(self, work: Callable[[Client], Awaitable[T]], *, write: bool = False) -> T:
+        """Run `work` on the connection. A `write` (a call that must not be repeated, made
+        perhaps long after the connection opened, when a person approved it) is sent only
+        on a connection the upstream answered on just now (connecting again if it went
+        away); once sent, its lost answer is a `ToolOutcomeUnknown`, not a failure."""
+        client = self._live() if write else self._current()
 
         async def call() -> T:
             return await work(client)
@@ -190,15 +192,33 @@ class McpUpstream:
             return done.result(self.timeout_secs)
         except FutureTimeout:
             done.cancel()
+            if write:
+                raise self._unknown(
+                    f"did not answer within {self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
+                ) from None
             raise self._late() from None
         except Exception as exc:
+            cause = _innermost(exc)
+            if isinstance(cause, MCPError) and cause.error.code != CONNECTION_CLOSED:
+                # The upstream answered, with an error of the protocol: nothing was lost.
+                raise ToolFailed(
+                    f"the upstream MCP server {self.name!r} refused the call "
+                    f"({cause.error.code}: {cause.error.message})"
+                ) from None
             with self._lock:
                 self._drop()
-            cause = _innermost(exc)
+            if write:
+                raise self._unknown("closed the connection") from None
             raise ToolFailed(
                 f"the upstream MCP server {self.name!r} failed ({type(cause).__name__}: "
                 f"{cause}); the next call connects again"
             ) from None
+
+    def _unknown(self, what: str) -> ToolOutcomeUnknown:
+        return ToolOutcomeUnknown(
+            f"the upstream MCP server {self.name!r} {what} after the call was sent, before "
+            "answering: whether the call took effect is unknown"
+        )
 
     def close(self) -> None:
         """Close the connection (ending a stdio upstream's process) and the loop's thread."""
@@ -222,7 +242,7 @@ class McpTool:
         # A write is sent only on a connection the upstream answered on just now: one that
         # died while the call waited for a person is opened again first.
         result = self._upstream.run(
-            lambda client: client.call_tool(self._name, arguments), probe=not self.spec.idempotent
+            lambda client: client.call_tool(self._name, arguments), write=not self.spec.idempotent
         )
         if result.is_error:
             raise ToolFailed(f"the upstream tool {self._name!r} failed: {failure_text(result)}")

@@ -2,7 +2,9 @@
 of content other than text): `python -m tests.support.upstream_mcp_faults EFFECTS_FILE`.
 
 Each effect is a line of JSON appended to EFFECTS_FILE naming the process that made it, so a
-test sees which upstream process (the first, or one started again) made it."""
+test sees which upstream process (the first, or one started again) made it. Two tools end
+their own process in the middle of a call, after recording that they ran and before they
+answer: the connection closes with the call's outcome unknown to the caller."""
 
 from __future__ import annotations
 
@@ -46,6 +48,20 @@ def delete_thing(thing_id: int) -> str:
     """Delete a thing for good (recorded with this process's id)."""
     record({"deleted": thing_id})
     return f"deleted {thing_id}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def delete_and_die(thing_id: int) -> str:
+    """Delete a thing, then end this process before answering."""
+    record({"deleted": thing_id})
+    os._exit(1)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def look_and_die(key: str) -> str:
+    """A read that ends this process before answering."""
+    record({"looked": key})
+    os._exit(1)
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
