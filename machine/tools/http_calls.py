@@ -162,11 +162,14 @@ def fetch(
     its answer lost (the connection closed, or the time ran out, before an answer)."""
     limit = limits.max_response_bytes
     # Whether the request began to leave (its headers were being sent): from then on, a
-    # connection lost, or an answer that never came, leaves its outcome unknown.
+    # connection lost, or an answer that never came, leaves its outcome unknown. Of the
+    # last request only: a redirect's next connection starts afresh.
     reached: list[str] = []
 
     def trace(event: str, _: object) -> None:
-        if event.endswith(".send_request_headers.started"):
+        if event.startswith("connection.connect_"):
+            reached.clear()
+        elif event.endswith(".send_request_headers.started"):
             reached.append(event)
 
     try:
@@ -198,7 +201,7 @@ def fetch(
                             f"({limits.size_setting}); {limits.too_large}"
                         )
         except (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
-            if reached:
+            if reached and not isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
                 lost = _lost(exc, what, url, limits)
                 raise ToolOutcomeUnknown(
                     f"{lost} after the request was sent: whether it took effect is unknown.",
