@@ -12,7 +12,6 @@ hands its work back (the drain), no new sandbox step or dispatch begins.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,15 +45,14 @@ from lockgate.machine.sandbox import (
     ToolOutcome,
 )
 from lockgate.machine.sandbox import Step as SandboxStep
-from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
+from lockgate.machine.secrets import SecretStore
 from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook, as_source_book
 from lockgate.machine.storage import StorageBudget
+from lockgate.machine.tool_invocation import Dispatched, invoke
 from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
-    ToolContext,
-    ToolFailed,
     ToolRegistry,
     UnknownTool,
     make_idempotency_key,
@@ -64,17 +62,6 @@ from lockgate.machine.values import limit_size, to_json
 from lockgate.machine.webhooks import WebhookOutbox
 from lockgate.machine.write_path import Carried, Step, WritePath
 from lockgate.spec import ToolCallStatus as C
-
-log = logging.getLogger("lockgate.engine")
-
-
-@dataclass(frozen=True)
-class _Dispatched:
-    """What a tool call produced: a value for the code, or an error message for it."""
-
-    value: JsonValue = None
-    error: str | None = None
-
 
 #: What an approval shows of a call's arguments (the page, the API, the paused answer): the
 #: arguments themselves up to this size, else the start of their JSON text. The full
@@ -110,7 +97,7 @@ class _Opening:
         return (self.row,) if self.row is not None else ()
 
 
-def _outcome(tool: Tool, done: _Dispatched) -> ToolOutcome:
+def _outcome(tool: Tool, done: Dispatched) -> ToolOutcome:
     """What the code sees of a tool call's result."""
     if done.error is None:
         return Returned(done.value)
@@ -399,7 +386,7 @@ class Dispatcher:
         if len(carried.decided) >= MAX_CARRIED_CALLS:
             self._commit_carried(ex, carried)
 
-        def settle(done: _Dispatched) -> Step:
+        def settle(done: Dispatched) -> Step:
             if done.error is None:
                 return Step(call, AT_LEAST_ONCE[0], {"result": {"value": done.value}}, _ONE)
             return Step(call, AT_LEAST_ONCE[1], {"result": {"error": done.error}}, _ONE)
@@ -417,34 +404,15 @@ class Dispatcher:
 
     def _invocation(
         self, tool: Tool, ex: ExecutionRecord, call: CallRecord
-    ) -> Callable[[], _Dispatched]:
+    ) -> Callable[[], Dispatched]:
         """The tool call as the write path runs it, with the journaled arguments."""
         arguments = call.typed.arguments
         given = arguments if isinstance(arguments, dict) else {}
-        return lambda: self._invoke(tool, given, call.id, ex)
-
-    def _invoke(
-        self, tool: Tool, arguments: dict[str, JsonValue], call_id: str, ex: ExecutionRecord
-    ) -> _Dispatched:
-        """Run the tool with its secrets resolved now; nothing it returns or raises is kept
-        before every secret value is scrubbed from it."""
-        principal, owned = ex.typed.principal_id, tool.spec.owner is not None
-        try:  # a source the principal added itself reads only that principal's secrets
-            secrets = self.secrets.resolve(
-                tool.spec.secrets, principal=principal, source=tool.spec.source, own_only=owned
-            )
-        except MissingSecret as exc:  # a principal's own source: say how it gets one
-            return _Dispatched(error=f"{exc.message}. {exc.hint}" if owned else exc.message)
-        redactor = Redactor(secrets.values())
-        context = ToolContext(idempotency_key=call_id, secrets=secrets, principal_id=principal)
-        try:
-            value = tool.call(arguments, context)
-        except ToolFailed as exc:
-            return _Dispatched(error=redactor.redact_text(str(exc)))
-        except Exception as exc:
-            log.warning(
-                "tool %s raised %s", tool.spec.full_name, type(exc).__name__
-            )  # the message may hold a secret: the type is enough for operators
-            return _Dispatched(error=f"the tool failed unexpectedly ({type(exc).__name__})")
-        clean = redactor.redact(to_json(value))
-        return _Dispatched(value=limit_size(clean, self.settings.max_result_bytes))
+        return lambda: invoke(
+            tool,
+            given,
+            call_id=call.id,
+            principal=ex.typed.principal_id,
+            secrets=self.secrets,
+            max_result_bytes=self.settings.max_result_bytes,
+        )

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from pydantic import JsonValue
 
@@ -41,6 +42,7 @@ from lockgate.machine.sandbox import (
     Step as SandboxStep,
 )
 from lockgate.machine.settings import Settings
+from lockgate.machine.tools.errors import ToolOutcomeUnknown
 from lockgate.machine.tools.registry import make_idempotency_key
 from lockgate.machine.values import limit_size, limit_text, to_json
 from lockgate.machine.write_path import Carried, Step, WritePath
@@ -51,9 +53,14 @@ log = logging.getLogger("lockgate.engine")
 
 #: What a drive begins with: the first sandbox step (None: already paused) and its cursor.
 FirstStep = Callable[[], tuple[SandboxStep | None, int]]
-#: Recovery's verdict on one execution whose owner cannot go on with it (requeue it, or
-#: interrupt it naming the call in doubt); `Recovery.recover_execution`.
-Abandon = Callable[[Execution], object]
+
+
+class Abandon(Protocol):
+    """Recovery's verdict on one execution whose owner cannot go on with it (requeue it, or
+    interrupt it naming the call in doubt, and `cause`, what the record says cut it off:
+    a crash when None); `Recovery.recover_execution`."""
+
+    def __call__(self, row: Execution, cause: str | None = None) -> object: ...
 
 
 class Driver:
@@ -181,9 +188,24 @@ class Driver:
             # Someone else moved it (recovery declared us dead, or it was cancelled): the
             # stored state is the truth and it is theirs now.
             log.warning("execution %s changed under us; leaving it", ex.id)
+        except ToolOutcomeUnknown as exc:
+            # A call that must not be repeated was sent and its answer lost: not a failure
+            # of the server, but the same unknown as a crash after its dispatch.
+            log.warning("execution %s: a call's outcome is unknown: %s", ex.id, exc.message)
+            self._leave_in_doubt(ex, exc.message)
         except Exception as exc:  # the last line of defence: one execution, not the server
             log.exception("execution %s failed unexpectedly", ex.id)
             self._fail_internally(ex, exc)
+
+    def _leave_in_doubt(self, ex: ExecutionRecord, cause: str) -> None:
+        """Recovery's verdict, by recovery's own steps, on an execution whose dispatched
+        call's outcome is unknown: the call in doubt and the execution interrupted naming
+        it, `cause` on its record (or requeued, were the call one that may be retried)."""
+        current = self.store.executions.get(ex.id)
+        if current is None or current.status != E.RUNNING or current.owner != self.owner:
+            return
+        with contextlib.suppress(Conflict, GuardRefused):
+            self.abandon(current, cause)
 
     def _fail_internally(self, ex: ExecutionRecord, exc: Exception) -> None:
         """End an execution this instance cannot go on with, the way the spec ends it: an

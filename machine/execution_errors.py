@@ -52,10 +52,17 @@ class ExecutionInterrupted(LockgateError):
 
     def __init__(self, *, execution_id: str, what_ran: JsonValue) -> None:
         self.execution_id, self.what_ran = execution_id, what_ran
+        # What cut it off, when it was not a crash (a call sent and its answer lost).
+        cause = what_ran.get("cause") if isinstance(what_ran, dict) else None
         super().__init__(
-            f"Execution {execution_id!r} was interrupted by a server crash at a point where "
-            "going on could have repeated a tool call; see what_ran for the calls that "
-            "completed and the call in doubt.",
+            (
+                f"Execution {execution_id!r} was interrupted: {cause.rstrip('.')}. Going on "
+                "could have repeated that call"
+                if isinstance(cause, str)
+                else f"Execution {execution_id!r} was interrupted by a server crash at a point "
+                "where going on could have repeated a tool call"
+            )
+            + "; see what_ran for the calls that completed and the call in doubt.",
             hint="Check whether the call in doubt took effect before running the code again.",
         )
 

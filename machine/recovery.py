@@ -46,14 +46,16 @@ class RecoveryReport:
     interrupted: list[str] = field(default_factory=list)
 
 
-def what_ran(calls: list[ToolCall]) -> JsonValue:
-    """The record an interrupted execution keeps: every call made and the calls in doubt."""
+def what_ran(calls: list[ToolCall], cause: str | None = None) -> JsonValue:
+    """The record an interrupted execution keeps: every call made and the calls in doubt,
+    and what cut it off (`cause`) when it was not a crash: a call's lost answer."""
     return {
         "calls": [
             {"seq": c.seq, "tool": c.tool, "status": c.status}
             for c in sorted(calls, key=lambda c: c.seq)
         ],
         "in_doubt": [{"seq": c.seq, "tool": c.tool} for c in calls if c.status == C.IN_DOUBT],
+        **({"cause": cause} if cause is not None else {}),
     }
 
 
@@ -113,10 +115,11 @@ class Recovery:
             return step, transition.dest
         return None
 
-    def recover_execution(self, row: Execution) -> E:
+    def recover_execution(self, row: Execution, cause: str | None = None) -> E:
         """Move one orphaned execution by its state's recovery edge (requeue or interrupt),
         after its latest call's own (a dispatched call is marked in doubt unless it may be
-        retried), and withdraw an unsent call of an execution that ended.
+        retried), and withdraw an unsent call of an execution that ended. `cause`: what cut
+        it off, for its record, when its live owner gives it up (a call's lost answer).
 
         Every change to its calls is made in the same transaction as the change to the
         execution itself, so the execution's version guards them: if another instance
@@ -132,7 +135,7 @@ class Recovery:
                 steps.append(moved[0])
                 latest.status = moved[1]  # what_ran names it as it will be stored
         in_doubt = any(c.status == C.IN_DOUBT for c in calls)
-        given = {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls)}
+        given = {"unsafe_in_doubt": in_doubt, "what_ran": what_ran(calls, cause)}
         decided = self.recovery_step(record_of(row), given, now)
         if decided is None:  # the spec gives a running execution an edge for every case
             raise RuntimeError(f"no recovery edge holds for execution {row.id}")

@@ -113,7 +113,7 @@ def test_a_paused_add_openapi_source_survives_sigkill_and_completes_from_another
                 "name": "items",
                 "kind": "openapi",
                 "scope": "own",
-                "tools": 9,
+                "tools": 10,
             }
             found = await client.call_tool("describe_tools", {"query": "list items"})
             assert "tools.items.list_items(" in found.content[0].text  # type: ignore[union-attr]

@@ -43,7 +43,7 @@ def test_each_operation_is_a_tool_reads_approved_writes_gated(api: RunningApi) -
     specs = {tool.spec.name: tool.spec for tool in source.tools()}
     assert sorted(specs) == [
         "big", "create_item", "delete_item_items__item_id__delete", "get_file", "get_item",
-        "held", "list_items", "loop", "whoami",
+        "held", "list_items", "loop", "place_order", "whoami",
     ]  # fmt: skip
     listing = specs["list_items"]
     assert listing.idempotent and listing.default_policy is PolicyDecision.APPROVE
@@ -147,6 +147,25 @@ def test_outbound_calls_are_bounded_in_size_time_and_redirects(
         "(LOCKGATE_HTTP_TIMEOUT_SECS, the whole call's bound).",
         "tools.items.loop failed: GET /loop: more than 2 redirects (LOCKGATE_HTTP_MAX_REDIRECTS).",
     ], done.error
+
+
+def test_a_write_sent_and_never_answered_is_left_in_doubt(
+    make_runtime: MakeRuntime, tmp_path: Path, api: RunningApi
+) -> None:
+    rt = runtime_on(make_runtime, tmp_path, api, http_timeout_secs=0.5)
+    paused = rt.engine.execute("alice", "tools.items.place_order(quantity=3)")
+    assert paused.status is ExecutionStatus.WAITING_FOR_INTERACTION
+    done = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
+    assert api.api.effects == [{"ordered": 3}]  # it was made; its answer never came
+    # In doubt, as recovery leaves a call whose instance died after dispatching it.
+    assert done.status is ExecutionStatus.INTERRUPTED
+    assert [(c.tool, c.status) for c in done.calls] == [("items.place_order", "in_doubt")]
+    assert isinstance(done.what_ran, dict)
+    assert done.what_ran["in_doubt"] == [{"seq": 1, "tool": "items.place_order"}]
+    assert done.what_ran["cause"] == (
+        "POST /orders: not answered in full within 0.5 s (LOCKGATE_HTTP_TIMEOUT_SECS, the "
+        "whole call's bound) after the request was sent: whether it took effect is unknown."
+    )
 
 
 def test_openapi_3_0_schemas_become_json_schema() -> None:

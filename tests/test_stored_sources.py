@@ -77,7 +77,7 @@ def test_a_source_added_in_code_waits_for_approval_and_serves_only_its_principal
 
     done = rt.engine.resume(paused.id, "alice", Action.ACCEPT)
     assert done.status is ExecutionStatus.COMPLETED, done.error
-    assert done.result == {"name": "items", "kind": "openapi", "scope": "own", "tools": 9}
+    assert done.result == {"name": "items", "kind": "openapi", "scope": "own", "tools": 10}
 
     # alice's code calls the API: reads at once, writes wait for a person as any write.
     read = rt.engine.execute("alice", LIST)
@@ -95,7 +95,7 @@ def test_a_source_added_in_code_waits_for_approval_and_serves_only_its_principal
     assert "items" in listed_names(rt, "alice")
     mine = rt.engine.execute("alice", "tools.lockgate.list_sources()")
     assert isinstance(mine.result, list)
-    assert {"name": "items", "kind": "openapi", "scope": "own", "tools": 9} in mine.result
+    assert {"name": "items", "kind": "openapi", "scope": "own", "tools": 10} in mine.result
 
     # bob may have an `items` of his own, independent of alice's.
     approved(rt, "bob", add_code(api))
@@ -169,7 +169,7 @@ def test_a_principal_may_add_a_bounded_number_of_sources(
     assert "you already have 1 sources, the most one principal may add" in str(second.result)
     # A repeat of the same add (a retried call) is no change; another under the name is refused.
     again = approved(rt, "alice", add_code(api, name="first"))
-    assert again.result == {"name": "first", "kind": "openapi", "scope": "own", "tools": 9}
+    assert again.result == {"name": "first", "kind": "openapi", "scope": "own", "tools": 10}
     other = approved(rt, "alice", caught(add_code(api, name="first", base_url="http://h:1")))
     assert "a source named 'first' is already stored" in str(other.result)
     # bob's count is his own.
@@ -226,7 +226,7 @@ def test_the_operator_adds_lists_and_removes_global_sources(
         app, ["sources", "add", "openapi", "items", "items.json", "--base-url", api.url]
     )
     assert added.exit_code == 0, added.output
-    assert added.output == "added openapi source items for (everyone): 9 tools\n"
+    assert added.output == "added openapi source items for (everyone): 10 tools\n"
     for principal in ("alice", "bob"):
         assert rt.engine.execute(principal, LIST).status is ExecutionStatus.COMPLETED
 
@@ -239,7 +239,7 @@ def test_the_operator_adds_lists_and_removes_global_sources(
     listed = cli.invoke(app, ["sources", "list"])
     assert listed.exit_code == 0 and "items" in listed.output and "(everyone)" in listed.output
     seen = cli.invoke(app, ["sources", "list", "--principal", "alice"])
-    assert "items                    openapi  global     9 tools" in seen.output, seen.output
+    assert "items                    openapi  global     10 tools" in seen.output, seen.output
 
     bad = cli.invoke(app, ["sources", "add", "soap", "x", "y"])
     assert bad.exit_code == 2 and "unknown kind of source 'soap'" in bad.output

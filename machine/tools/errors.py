@@ -1,6 +1,7 @@
 """The errors of tools: a tool's own expected failure, and the ones Lockgate raises about them.
 
-`ToolFailed` belongs to agent code (it sees it raised at the call); the others are
+`ToolFailed` belongs to agent code (it sees it raised at the call), and `ToolOutcomeUnknown`
+says a call was sent and its answer lost (the engine leaves a write in doubt); the others are
 `LockgateError`s with stable codes: a call to a tool that does not exist, arguments that do
 not fit the tool's schema, and a source or tool definition that cannot be served.
 """
@@ -23,6 +24,24 @@ class ToolFailed(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ToolOutcomeUnknown(ToolFailed):
+    """The call was sent and its answer lost (the connection closed, or no answer came
+    within the bound): whether it took effect is unknown.
+
+    A tool raises it only once the request may have reached the other side; a request that
+    surely was not sent is a `ToolFailed`. The engine treats it as it treats a call whose
+    instance died after dispatching it: a call that may be made again (an idempotent tool)
+    fails with this message, as a `ToolFailed` would; any other call is left in doubt and
+    its execution ends interrupted, naming it. The message says what was lost, never a
+    secret (the engine still redacts it); `failure`, what the call says when it is only a
+    failure (a read's lost answer), is the message unless given.
+    """
+
+    def __init__(self, message: str, *, failure: str | None = None) -> None:
+        super().__init__(message)
+        self.failure = message if failure is None else failure
 
 
 class UnknownTool(LockgateError):

@@ -22,7 +22,7 @@ import httpx2
 from pydantic import JsonValue
 
 from lockgate.machine.secrets import Redactor
-from lockgate.machine.tools.errors import ToolFailed
+from lockgate.machine.tools.errors import ToolFailed, ToolOutcomeUnknown
 from lockgate.machine.tools.outbound import IPNetwork, Reach, guarded_transport
 
 #: Where the operator's own sources may connect: where the operator configured them to.
@@ -117,9 +117,12 @@ def client_credentials_token(
     form = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
     what = "getting an OAuth access token"
     basic = base64.b64encode(f"{client_id}:{client_secret}".encode()).decode()
-    answer = fetch(
-        "POST", token_url, what, limits, headers={"Authorization": f"Basic {basic}"}, form=form
-    )
+    try:
+        answer = fetch(
+            "POST", token_url, what, limits, headers={"Authorization": f"Basic {basic}"}, form=form
+        )
+    except ToolOutcomeUnknown as exc:  # only a token was asked for: the call was not sent
+        raise ToolFailed(exc.failure) from None
     try:
         parsed = json.loads(answer.text)
         token = parsed["access_token"]
@@ -160,39 +163,58 @@ def fetch(
 ) -> Fetched:
     """One HTTP exchange within `limits`; `ToolFailed` (naming the call by `what`, e.g.
     `GET /items/7`) for an error status, a timeout, too many redirects, an answer over the
-    size limit or a transport failure."""
+    size limit or a transport failure; `ToolOutcomeUnknown` when the request was sent and
+    its answer lost (the connection closed, or the time ran out, before an answer)."""
     limit = limits.max_response_bytes
+    # Whether the request began to leave (its headers were being sent): from then on, a
+    # connection lost, or an answer that never came, leaves its outcome unknown. Of the
+    # last request only: a redirect's next connection starts afresh.
+    reached: list[str] = []
+
+    def trace(event: str, _: object) -> None:
+        if event.startswith("connection.connect_"):
+            reached.clear()
+        elif event.endswith(".send_request_headers.started"):
+            reached.append(event)
+
     try:
-        # A client per call: nothing (no connection pool) outlives the call, whichever
-        # worker thread makes it; a loopback or keep-alive-less API pays one connect.
-        with (
-            httpx2.Client(
-                transport=guarded_transport(limits.reach, limits.timeout_secs, url),
-                timeout=limits.timeout_secs,
-                follow_redirects=True,
-                max_redirects=limits.max_redirects,
-            ) as client,
-            # httpx2 replaces a URL's own query with `params`, even an empty one: merged,
-            # a document URL's `?format=json` (or a signed URL's) is kept.
-            client.stream(
-                method, url, params=httpx2.URL(url).params.merge(query) if query else None,
-                headers=dict(headers or {}),
-                json=body if sent else None, data=_form_data(form), files=parts or None,
-            ) as response,
-        ):  # fmt: skip
-            data = bytearray()
-            for chunk in response.iter_bytes():
-                data.extend(chunk)
-                if len(data) > limit:
-                    raise ToolFailed(
-                        f"{what}: the response is larger than {limit} bytes "
-                        f"({limits.size_setting}); {limits.too_large}"
-                    )
-    except httpx2.TimeoutException:
-        raise ToolFailed(
-            f"{what}: not answered in full within {limits.timeout_secs:g} s "
-            "(LOCKGATE_HTTP_TIMEOUT_SECS, the whole call's bound)."
-        ) from None
+        try:
+            # A client per call: nothing (no connection pool) outlives the call, whichever
+            # worker thread makes it; a loopback or keep-alive-less API pays one connect.
+            with (
+                httpx2.Client(
+                    transport=guarded_transport(limits.reach, limits.timeout_secs, url),
+                    timeout=limits.timeout_secs,
+                    follow_redirects=True,
+                    max_redirects=limits.max_redirects,
+                ) as client,
+                # httpx2 replaces a URL's own query with `params`, even an empty one: merged,
+                # a document URL's `?format=json` (or a signed URL's) is kept.
+                client.stream(
+                    method, url, params=httpx2.URL(url).params.merge(query) if query else None,
+                    headers=dict(headers or {}),
+                    json=body if sent else None, data=_form_data(form), files=parts or None,
+                    extensions={"trace": trace},
+                ) as response,
+            ):  # fmt: skip
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data.extend(chunk)
+                    if len(data) > limit:
+                        raise ToolFailed(
+                            f"{what}: the response is larger than {limit} bytes "
+                            f"({limits.size_setting}); {limits.too_large}"
+                        )
+        except (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
+            if reached and not isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+                lost = _lost(exc, what, url, limits)
+                raise ToolOutcomeUnknown(
+                    f"{lost} after the request was sent: whether it took effect is unknown.",
+                    failure=f"{lost}.",
+                ) from None
+            raise
+    except httpx2.TimeoutException as exc:
+        raise ToolFailed(f"{_lost(exc, what, url, limits)}.") from None
     except httpx2.TooManyRedirects:
         raise ToolFailed(
             f"{what}: more than {limits.max_redirects} redirects (LOCKGATE_HTTP_MAX_REDIRECTS)."
@@ -213,6 +235,16 @@ def fetch(
         excerpt = text[:BODY_EXCERPT_CHARS] + ("…" if len(text) > BODY_EXCERPT_CHARS else "")
         raise ToolFailed(f"{what} answered HTTP {response.status_code}: {excerpt}")
     return Fetched(text, response.headers.get("content-type", ""), str(response.url))
+
+
+def _lost(exc: httpx2.HTTPError, what: str, url: str, limits: HttpLimits) -> str:
+    """What a call that got no (whole) answer says, before any word on what that means."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return (
+            f"{what}: not answered in full within {limits.timeout_secs:g} s "
+            "(LOCKGATE_HTTP_TIMEOUT_SECS, the whole call's bound)"
+        )
+    return f"{what}: the request to {url} failed ({type(exc).__name__})"
 
 
 def _form_data(
@@ -255,6 +287,9 @@ def send(
             method, url, what, limits, query=query, headers=headers, body=body, sent=sent,
             form=form, parts=parts,
         )  # fmt: skip
+    except ToolOutcomeUnknown as exc:
+        failure = scrub.redact_text(exc.failure)
+        raise ToolOutcomeUnknown(scrub.redact_text(exc.message), failure=failure) from None
     except ToolFailed as exc:
         raise ToolFailed(scrub.redact_text(exc.message)) from None
     return scrub.redact(_parsed(answer))

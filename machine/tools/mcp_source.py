@@ -1,12 +1,16 @@
 """An upstream MCP server as a tool source: its tools proxied with their own schemas.
 
 The upstream is a command run over stdio or a streamable HTTP URL, reached with the `mcp`
-SDK's own client. What a call needs follows its annotations: `readOnlyHint` makes it a read
-(idempotent, approved by default); `destructiveHint`, or no annotation at all, makes it wait
-for a person by default.
+SDK's own client (what agent code gets of an answer: `mcp_content`). What a call needs
+follows its annotations: `readOnlyHint` makes it a read (idempotent, approved by default);
+`destructiveHint`, or no annotation at all, makes it wait for a person by default.
 
 The SDK's client is async and a tool call runs on a worker thread, so each upstream has an
-event loop of its own, on a thread that holds the connection open between calls. A call
+event loop of its own, on a thread that holds the connection open between calls. A write
+is sent only once the upstream answered a ping on the connection: one that died while the
+write waited for a person is connected again first, so the approval is not spent on a dead
+connection. A write whose answer is lost once it was sent (the connection closed, or no
+answer within the bound) raises `ToolOutcomeUnknown`: the engine leaves it in doubt. A read
 that finds the connection gone fails in words and drops it; the next call connects again.
 """
 
@@ -24,10 +28,13 @@ from typing import Any, TypeVar
 from mcp import Client, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
-from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed
+from lockgate.machine.tools.errors import InvalidToolSource, ToolFailed, ToolOutcomeUnknown
+from lockgate.machine.tools.mcp_content import answer_of, failure_text
 from lockgate.machine.tools.outbound import Reach, guarded_async_client
 from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
 
@@ -47,9 +54,17 @@ class McpUpstream:
     """The connection to one upstream server, on an event loop thread of its own."""
 
     def __init__(
-        self, name: str, target: Target, timeout_secs: float, *, reach: Reach | None = None
+        self,
+        name: str,
+        target: Target,
+        timeout_secs: float,
+        *,
+        reach: Reach | None = None,
+        max_answer_bytes: int = 1024 * 1024,
     ) -> None:
         self.name, self.target, self.timeout_secs = name, target, timeout_secs
+        #: The largest answer of a tool kept (its compact JSON); a larger one is refused.
+        self.max_answer_bytes = max_answer_bytes
         #: Where an upstream over HTTP may be reached (a principal's: public addresses).
         self.reach = reach or Reach()
         self._loop = asyncio.new_event_loop()
@@ -124,14 +139,50 @@ class McpUpstream:
         if stop is not None:
             self._loop.call_soon_threadsafe(stop.set)
 
-    def run(self, work: Callable[[Client], Awaitable[T]]) -> T:
+    def _current(self) -> Client:
+        """The open connection, or a new one if there is none or its task has ended."""
         with self._lock:
             gone = self._held is not None and self._held.done()
             if self._client is None or gone:
                 self._drop()
-                client = self._connect()
-            else:
-                client = self._client
+                return self._connect()
+            return self._client
+
+    def _answers(self, client: Client) -> bool:
+        """Whether the upstream answers a ping on `client` within the bound. A dead stdio
+        process, a closed transport or a connection whose task has ended does not. Any
+        answer will do: an error too (the 2026-07-28 protocol has no ping, and a server
+        speaking it says "Method not found"), since only a live upstream answers at all."""
+        ping = asyncio.run_coroutine_threadsafe(client.session.send_ping(), self._loop)
+        try:
+            ping.result(self.timeout_secs)
+        except FutureTimeout:
+            ping.cancel()
+            return False
+        except MCPError as exc:
+            return exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+        except Exception:
+            return False
+        return True
+
+    def _live(self) -> Client:
+        """A connection the upstream answered on just now: the open one if it answers a
+        ping, else a new one. Nothing of the call is sent before this."""
+        client = self._current()
+        if self._answers(client):
+            return client
+        log.info("the upstream MCP server %r is gone; connecting again", self.name)
+        with self._lock:
+            if self._client is client:  # (another call may have connected again already)
+                self._drop()
+        return self._current()
+
+    def run(self, work: Callable[[Client], Awaitable[T]], *, write: bool = False) -> T:
+        """Run `work` on the connection. A `write` (a call that must not be repeated, made
+        perhaps long after the connection opened, when a person approved it) is sent only
+        on a connection the upstream answered on just now (connecting again if it went
+        away); once sent, its lost answer is a `ToolOutcomeUnknown`, not a failure."""
+        client = self._live() if write else self._current()
 
         async def call() -> T:
             return await work(client)
@@ -141,15 +192,33 @@ class McpUpstream:
             return done.result(self.timeout_secs)
         except FutureTimeout:
             done.cancel()
+            if write:
+                raise self._unknown(
+                    f"did not answer within {self.timeout_secs:g} s (LOCKGATE_HTTP_TIMEOUT_SECS)"
+                ) from None
             raise self._late() from None
         except Exception as exc:
+            cause = _innermost(exc)
+            if isinstance(cause, MCPError) and cause.error.code != CONNECTION_CLOSED:
+                # The upstream answered, with an error of the protocol: nothing was lost.
+                raise ToolFailed(
+                    f"the upstream MCP server {self.name!r} refused the call "
+                    f"({cause.error.code}: {cause.error.message})"
+                ) from None
             with self._lock:
                 self._drop()
-            cause = _innermost(exc)
+            if write:
+                raise self._unknown("closed the connection") from None
             raise ToolFailed(
                 f"the upstream MCP server {self.name!r} failed ({type(cause).__name__}: "
                 f"{cause}); the next call connects again"
             ) from None
+
+    def _unknown(self, what: str) -> ToolOutcomeUnknown:
+        return ToolOutcomeUnknown(
+            f"the upstream MCP server {self.name!r} {what} after the call was sent, before "
+            "answering: whether the call took effect is unknown"
+        )
 
     def close(self) -> None:
         """Close the connection (ending a stdio upstream's process) and the loop's thread."""
@@ -170,14 +239,14 @@ class McpTool:
         self._upstream, self.spec, self._name = upstream, spec, upstream_name
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
-        result = self._upstream.run(lambda client: client.call_tool(self._name, arguments))
-        text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        # A write is sent only on a connection the upstream answered on just now: one that
+        # died while the call waited for a person is opened again first.
+        result = self._upstream.run(
+            lambda client: client.call_tool(self._name, arguments), write=not self.spec.idempotent
+        )
         if result.is_error:
-            raise ToolFailed(f"the upstream tool {self._name!r} failed: {text or 'no message'}")
-        if result.structured_content is not None:
-            structured: JsonValue = result.structured_content
-            return structured
-        return text
+            raise ToolFailed(f"the upstream tool {self._name!r} failed: {failure_text(result)}")
+        return answer_of(result, self._name, self._upstream.max_answer_bytes)
 
 
 class McpSource:

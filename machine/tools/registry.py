@@ -9,7 +9,7 @@ never asked to approve a call that could not run.
 The parts, each in a module of its own (all of their public names are importable from here):
 - `machine.tools.spec`: `ToolSpec`, `ToolContext`, the `Tool` and `ToolSource` protocols,
   `NAMESPACE` and `make_idempotency_key`;
-- `machine.tools.errors`: `ToolFailed`, `UnknownTool`, `InvalidArguments`,
+- `machine.tools.errors`: `ToolFailed`, `ToolOutcomeUnknown`, `UnknownTool`, `InvalidArguments`,
   `InvalidToolSource`;
 - `machine.tools.schema`: the JSON Schema subset and its check at registration;
 - `machine.tools.arguments`: a call's arguments checked against that schema;
@@ -31,6 +31,7 @@ from lockgate.machine.tools.arguments import check_arguments, usage_hint
 from lockgate.machine.tools.errors import InvalidArguments as InvalidArguments
 from lockgate.machine.tools.errors import InvalidToolSource as InvalidToolSource
 from lockgate.machine.tools.errors import ToolFailed as ToolFailed
+from lockgate.machine.tools.errors import ToolOutcomeUnknown as ToolOutcomeUnknown
 from lockgate.machine.tools.errors import UnknownTool as UnknownTool
 from lockgate.machine.tools.spec import NAMESPACE as NAMESPACE
 from lockgate.machine.tools.spec import Namespace as Namespace

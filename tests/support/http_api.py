@@ -144,6 +144,12 @@ class ItemsApi:
             self.release.wait(30)
             return {"released": True}
 
+        @app.post("/orders", operation_id="place_order", summary="Orders, answers once released")
+        def place_order(quantity: int) -> Any:
+            self.effects.append({"ordered": quantity})
+            self.release.wait(30)
+            return {"ordered": quantity}
+
         @app.get("/loop", operation_id="loop", summary="Redirects to itself")
         def loop() -> RedirectResponse:
             return RedirectResponse("/loop")

@@ -80,7 +80,13 @@ def build(
             f"source {name!r} in {origin}: give either command (a list: the program and its "
             "arguments, run over stdio) or url (a streamable HTTP endpoint)"
         )
-    upstream = McpUpstream(name, target, limits.timeout_secs, reach=limits.reach)
+    upstream = McpUpstream(
+        name,
+        target,
+        limits.timeout_secs,
+        reach=limits.reach,
+        max_answer_bytes=limits.max_response_bytes,
+    )
     try:
         return McpSource(name, upstream)
     except ToolFailed as exc:

@@ -1,0 +1,67 @@
+"""One tool call as the write path makes it: its secrets resolved at that moment, what it
+returns or raises scrubbed of them and bounded, and its outcome for the journal.
+
+A tool's own failure (`ToolFailed`) is an outcome like a value: the code sees it raised. A
+call whose answer was lost after it was sent (`ToolOutcomeUnknown`) is one only when the tool
+may be called again (idempotent): then it fails like any other. Otherwise it is raised on, to
+the driver, which leaves the call in doubt exactly as recovery does after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+
+from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
+from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolOutcomeUnknown
+from lockgate.machine.values import limit_size, to_json
+
+log = logging.getLogger("lockgate.engine")
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What a tool call produced: a value for the code, or an error message for it."""
+
+    value: JsonValue = None
+    error: str | None = None
+
+
+def invoke(
+    tool: Tool,
+    arguments: dict[str, JsonValue],
+    *,
+    call_id: str,
+    principal: str,
+    secrets: SecretStore,
+    max_result_bytes: int,
+) -> Dispatched:
+    """Run the tool with its secrets resolved now; nothing it returns or raises is kept
+    before every secret value is scrubbed from it. `ToolOutcomeUnknown` (its message
+    scrubbed) when a call that must not be repeated was sent and its answer lost."""
+    owned = tool.spec.owner is not None
+    try:  # a source the principal added itself reads only that principal's secrets
+        resolved = secrets.resolve(
+            tool.spec.secrets, principal=principal, source=tool.spec.source, own_only=owned
+        )
+    except MissingSecret as exc:  # a principal's own source: say how it gets one
+        return Dispatched(error=f"{exc.message}. {exc.hint}" if owned else exc.message)
+    redactor = Redactor(resolved.values())
+    context = ToolContext(idempotency_key=call_id, secrets=resolved, principal_id=principal)
+    try:
+        value = tool.call(arguments, context)
+    except ToolOutcomeUnknown as exc:
+        if tool.spec.idempotent:  # nothing to doubt: a read that failed
+            return Dispatched(error=redactor.redact_text(exc.failure))
+        raise ToolOutcomeUnknown(redactor.redact_text(exc.message)) from None
+    except ToolFailed as exc:
+        return Dispatched(error=redactor.redact_text(str(exc)))
+    except Exception as exc:
+        log.warning(
+            "tool %s raised %s", tool.spec.full_name, type(exc).__name__
+        )  # the message may hold a secret: the type is enough for operators
+        return Dispatched(error=f"the tool failed unexpectedly ({type(exc).__name__})")
+    clean = redactor.redact(to_json(value))
+    return Dispatched(value=limit_size(clean, max_result_bytes))
