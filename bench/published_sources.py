@@ -1,4 +1,4 @@
-"""Case 7: a real published API as a source: GitHub's REST description (npm `@octokit/openapi`,
+"""Case 9: a real published API as a source: GitHub's REST description (npm `@octokit/openapi`,
 13 MB of JSON, 1,223 operations), as an operator's `[[openapi]]` source.
 
 - **Start-up**: `lockgate serve` spawned until `/readyz` answers, on a fresh SQLite file each

@@ -195,6 +195,24 @@ def test_microsoft_graph_loads_in_seconds(tmp_path: Path, echo: str) -> None:
     assert seconds < 15, f"{seconds:.1f} s of CPU"
 
 
+def test_a_restart_from_the_kept_catalogue_names_what_was_left_out_again(
+    tmp_path: Path, echo: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = sources(tmp_path, "amazonaws.com/es.json", echo)
+    limits = HttpLimits(catalogues=tmp_path / "catalogues")
+    with caplog.at_level(logging.INFO, logger="lockgate.sources"):
+        (built,) = load_sources(path, limits)
+        first = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+        caplog.clear()
+        (again,) = load_sources(path, limits)
+        messages = [r.getMessage() for r in caplog.records]
+    assert "source 'api': served from the tools built before from the same document" in messages
+    assert isinstance(built, OpenApiSource) and isinstance(again, OpenApiSource)
+    assert again.left_out == built.left_out and len(again.left_out) == 4
+    assert [m for m in messages if "left out" in m] == first
+    assert len(first) == 4
+
+
 def test_what_a_document_leaves_out_is_named_where_its_source_is_shown(
     deployment: Deployment, tmp_path: Path, echo: str
 ) -> None:
