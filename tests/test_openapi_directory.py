@@ -211,6 +211,15 @@ def test_a_restart_from_the_kept_catalogue_names_what_was_left_out_again(
     assert again.left_out == built.left_out and len(again.left_out) == 4
     assert [m for m in messages if "left out" in m] == first
     assert len(first) == 4
+    # Another source of the same document is served from the same catalogue, and what it
+    # left out is named with its own name.
+    renamed = tmp_path / "renamed.toml"
+    renamed.write_text(path.read_text().replace('name = "api"', 'name = "es"'))
+    (other,) = load_sources(renamed, limits)
+    assert isinstance(other, OpenApiSource) and len(other.left_out) == 4
+    assert other.left_out == tuple(
+        each.replace("(tool api.", "(tool es.") for each in built.left_out
+    )
 
 
 def test_what_a_document_leaves_out_is_named_where_its_source_is_shown(

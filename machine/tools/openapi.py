@@ -41,6 +41,7 @@ from lockgate.machine.tools.form_bodies import (
 from lockgate.machine.tools.http_calls import Auth, HttpLimits, send
 from lockgate.machine.tools.openapi_catalogue import Catalogue, CataloguedOperation
 from lockgate.machine.tools.openapi_operations import (
+    LeftOut,
     OperationShapes,
     Parameter,
     to_json_schema,
@@ -145,8 +146,13 @@ class OpenApiSource:
 
     #: Its kind of table (`machine.tools.kinds`), as `list_sources` shows it.
     kind = "openapi"
-    #: The document's operations it cannot serve, each named with why.
-    left_out: tuple[str, ...] = ()
+    _left_out: tuple[LeftOut, ...] = ()
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """The document's operations it cannot serve, each named (method, path, tool) with
+        why, in words."""
+        return tuple(each.shown(self.name) for each in self._left_out)
 
     def __init__(
         self,
@@ -175,8 +181,7 @@ class OpenApiSource:
                 f"source {name!r}: its document's 'components' is not an object"
             )
         self._shapes = OperationShapes(document, legacy=version.startswith("3.0."))
-        #: Each operation left out, named (method, path, tool), with why: in words.
-        self.left_out: tuple[str, ...] = ()
+        self._left_out: tuple[LeftOut, ...] = ()
         self._tools = self._operations(document)
 
     def _serve_at(
@@ -226,7 +231,7 @@ class OpenApiSource:
                 for tool in self._tools
             ),
             server_url=self.server_url,
-            left_out=self.left_out,
+            left_out=self._left_out,
         )
 
     @classmethod
@@ -245,7 +250,7 @@ class OpenApiSource:
         source = cls.__new__(cls)
         source.name, source.auth, source.server_url = name, auth, catalogue.server_url
         source._serve_at(base_url, document_url, limits)
-        source.left_out = catalogue.left_out
+        source._left_out = catalogue.left_out
         secrets = (auth.secret,) if auth is not None else ()
         source._tools = [
             OpenApiOperation(
@@ -267,7 +272,7 @@ class OpenApiSource:
 
     def _operations(self, document: Mapping[str, Any]) -> list[OpenApiOperation]:
         made: list[OpenApiOperation] = []
-        left_out: list[str] = []
+        left_out: list[LeftOut] = []
         taken: set[str] = set()
         paths = document.get("paths") or {}
         if not isinstance(paths, Mapping):
@@ -290,20 +295,17 @@ class OpenApiSource:
                 try:
                     made.append(self._operation(str(path), method, operation, shared, name))
                 except _UNSERVABLE as exc:
-                    left_out.append(
-                        f"{method.upper()} {path} (tool {self.name}.{name}) is left out: "
-                        f"{_in_words(exc)}"
-                    )
-                    log.warning("source %r: %s", self.name, left_out[-1])
+                    left_out.append(LeftOut(method, str(path), name, _in_words(exc)))
+                    log.warning("source %r: %s", self.name, left_out[-1].shown(self.name))
                     continue
                 taken.add(name)
         if left_out and not made:
             raise InvalidToolSource(
                 f"source {self.name!r}: none of its {len(left_out)} operations can be served; "
-                f"the first: {left_out[0]}",
+                f"the first: {left_out[0].shown(self.name)}",
                 hint="Fix the operations in the document, or remove them.",
             )
-        self.left_out = tuple(left_out)
+        self._left_out = tuple(left_out)
         return made
 
     def _operation(

@@ -31,13 +31,24 @@ from pathlib import Path
 from typing import Any
 
 from lockgate.machine.tools.form_bodies import BodyEncoding
+from lockgate.machine.tools.openapi_operations import LeftOut
 
 log = logging.getLogger("lockgate.sources")
 
 #: The most catalogues kept in one folder.
 KEPT = 32
 #: The modules whose code decides what a catalogue holds.
-_BUILDERS = ("openapi.py", "openapi_catalogue.py", "form_bodies.py", "schema.py", "spec.py")
+_BUILDERS = (
+    "openapi.py",
+    "openapi_catalogue.py",
+    "openapi_operations.py",
+    "openapi_refs.py",
+    "form_bodies.py",
+    "schema.py",
+    "schema_check.py",
+    "ecma_patterns.py",
+    "spec.py",
+)
 
 
 @cache
@@ -104,13 +115,13 @@ class Catalogue:
     operations: tuple[CataloguedOperation, ...]
     #: The document's first server URL, as written (relative ones resolve when served).
     server_url: str | None
-    #: The operations left out, each named with why (`OpenApiSource.left_out`).
-    left_out: tuple[str, ...] = ()
+    #: The operations left out, with why (`OpenApiSource.left_out` names them).
+    left_out: tuple[LeftOut, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
             "server_url": self.server_url,
-            "left_out": list(self.left_out),
+            "left_out": [[o.method, o.path, o.tool, o.why] for o in self.left_out],
             "operations": [operation.as_json() for operation in self.operations],
         }
 
@@ -120,7 +131,7 @@ class Catalogue:
         return cls(
             operations=tuple(CataloguedOperation.from_json(o) for o in found["operations"]),
             server_url=None if server is None else str(server),
-            left_out=tuple(map(str, found.get("left_out", ()))),
+            left_out=tuple(LeftOut(*map(str, o)) for o in found["left_out"]),
         )
 
 

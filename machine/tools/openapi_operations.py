@@ -60,6 +60,22 @@ def check_part(part: Any, where: str) -> None:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """An operation of the document that is not served, and why, in words. Named with its
+    source's name only when shown: a catalogue kept for a document serves every source
+    built from it, whatever each is called."""
+
+    method: str  # as the document writes it: get, post…
+    path: str
+    tool: str  # the tool it would have been
+    why: str
+
+    def shown(self, source: str) -> str:
+        where = f"{self.method.upper()} {self.path} (tool {source}.{self.tool})"
+        return f"{where} is left out: {self.why}"
+
+
+@dataclass(frozen=True)
 class Parameter:
     argument: str  # the keyword agent code passes
     name: str  # the name the API knows
