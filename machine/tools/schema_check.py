@@ -10,20 +10,28 @@ rest) and without the keywords no metaschema looks at (an OpenAPI tool's carried
 `components`, each part of which its source checks once). Where a remembered check finds a
 problem, it is found again on the schema as it is, so its words name what the schema names.
 Drafts 3 and 4 are checked whole.
+
+Before `jsonschema` is asked, `jsonschema_rs` (Rust) checks the schema against the same
+metaschema, formats included, and every `pattern` in it is compiled as ECMA-262
+(`ecma_patterns`; `jsonschema_rs` reads a few Java classes such as `\\p{XDigit}` that no
+ECMA-262 engine knows). A schema both pass is valid; any other is asked of `jsonschema`,
+whose verdict and words are the ones given: the Rust check only spares the Python one the
+schemas it would find valid (most of every published API), never says a schema is wrong.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache, lru_cache
 from typing import Any
 
+import jsonschema_rs
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import Draft3Validator, Draft4Validator
 
-from lockgate.machine.tools.ecma_patterns import ecma_format_checker
+from lockgate.machine.tools.ecma_patterns import ecma_format_checker, ecma_regex
 
 Problem = tuple[str, str]  # where (a path in the schema), and what is wrong
 JSON_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
@@ -44,6 +52,47 @@ _CONSTRAINED = frozenset(
 def _meta(dialect: type[Validator]) -> Validator:
     """The validator of `dialect`'s metaschema, whose `format: regex` is ECMA-262's."""
     return dialect(dialect.META_SCHEMA, format_checker=ecma_format_checker(dialect.FORMAT_CHECKER))
+
+
+@cache
+def _quick_meta(dialect: type[Validator]) -> jsonschema_rs.Validator | None:
+    """`dialect`'s metaschema in Rust, its formats asserted; None for a dialect it lacks."""
+    try:
+        return jsonschema_rs.validator_for(dialect.META_SCHEMA, validate_formats=True)
+    except ValueError:  # draft 3's metaschema, which it does not know
+        return None
+
+
+def _patterns(schema: Any) -> Iterator[str]:
+    """Every text that may be a `pattern` in `schema` (a value named so, a key of a
+    `patternProperties`), and a few that are not (inside a `default`): all are compiled."""
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    yield value
+                elif key == "patternProperties" and isinstance(value, Mapping):
+                    yield from (p for p in value if isinstance(p, str))
+                todo.append(value)
+
+
+def _valid_quickly(dialect: type[Validator], schema: Any) -> bool:
+    """Whether the Rust check finds `schema` (plain JSON, as `json` reads it: the Rust side
+    takes a value of another type, a YAML date, for anything) valid and each of its
+    patterns compiles; False is no verdict (`jsonschema` is asked)."""
+    quick = _quick_meta(dialect)
+    if quick is None or not quick.is_valid(schema):
+        return False
+    try:
+        for pattern in _patterns(schema):
+            ecma_regex(pattern)
+    except ValueError:
+        return False
+    return True
 
 
 def _asked(dialect: type[Validator], schema: Any) -> Problem | None:
@@ -83,7 +132,8 @@ def _within(key: str, name: object, problem: Problem) -> Problem:
 
 @lru_cache(maxsize=8192)
 def _of_text(dialect: type[Validator], text: str) -> Problem | None:
-    return _asked(dialect, json.loads(text))
+    schema = json.loads(text)
+    return None if _valid_quickly(dialect, schema) else _asked(dialect, schema)
 
 
 def _remembered(dialect: type[Validator], schema: Any) -> Problem | None:
