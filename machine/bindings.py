@@ -181,7 +181,7 @@ BINDINGS: Mapping[str, MachineBindings] = {
     ),
     "session": MachineBindings(
         guards={"lease_says_destroy": _lease_says_destroy},
-        effects={"touch": _touch},
+        effects={"touch": _touch, "record_log_level": _copy("log_level")},
     ),
     "owed_request": MachineBindings(
         guards={"session_ended": _flag("session_ended")},

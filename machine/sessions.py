@@ -166,6 +166,21 @@ class Sessions:
             return True
         raise SessionBusy(session_id)
 
+    def set_log_level(self, session_id: str, level: str) -> bool:
+        """logging/setLevel: the least severe notices the session's client wants, kept on its
+        row for every instance. Whether it was kept (False: the session is not live). Like
+        a close, a write that lands first is read again and the level applied again."""
+        for _ in range(CLOSE_ATTEMPTS):
+            row = self.get(session_id)
+            if row is None or row.status not in LIVE_SESSION_STATUSES:
+                return False
+            try:
+                self.write.apply(Step(_record(row), "set_log_level", given={"log_level": level}))
+            except STALE_WRITE:
+                continue
+            return True
+        raise SessionBusy(session_id)
+
     def live(self, session_id: str) -> Session | None:
         """The session if it is live now. One past its idle timeout (or its cap) is expired
         here, at the moment of use, rather than served until the next sweep (up to the

@@ -18,6 +18,7 @@ import mcp_types as types
 from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from lockgate.machine.approval_audit import Door
@@ -31,6 +32,7 @@ from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import IdempotencyKeyReused
 from lockgate.machine.lost_report import request_key
+from lockgate.machine.sessions import SessionBusy
 from lockgate.machine.source_book import SourceBook
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
@@ -129,6 +131,13 @@ class LockgateMCP:
         # Registered by method rather than `on_call_tool`: an answer may be a task, a
         # result shape of the tasks extension the SDK's typed callback does not name.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
+        # Declares `logging` (a 2025 session's requests open with warnings, the
+        # `session_notices`), and keeps each session's level for every instance. Registered
+        # by method: the SDK's `on_set_logging_level` warns that 2026-07-28 drops it, which
+        # 2025 sessions still speak.
+        self.server.add_request_handler(
+            "logging/setLevel", types.SetLevelRequestParams, self.set_log_level
+        )
         #: The tasks extension: `execute` as a durable task, polled with tasks/get.
         self.tasks = Tasks(runner, self.modes, self.approval_url, self.decisions)
         self.tasks.install(self.server)
@@ -144,6 +153,27 @@ class LockgateMCP:
                 default_audience="lockgate",
             )
         )
+
+    async def set_log_level(
+        self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        session_id = ctx.request.headers.get("mcp-session-id") if ctx.request else None
+        if session_id is None:
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message="logging/setLevel sets a session's level; this request has no "
+                "session (Mcp-Session-Id). On 2026-07-28, ask for a level in each request's "
+                "_meta instead.",
+            )
+        sessions = self.runner.runtime.sessions
+        try:
+            await to_thread.run_sync(sessions.set_log_level, session_id, params.level)
+        except SessionBusy:
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message="The session was busy with other writes; send logging/setLevel again.",
+            ) from None
+        return types.EmptyResult()
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

@@ -11,6 +11,9 @@ its SSE response with a `notifications/message` (level `warning`, logger `lockga
 - each paused execution started on the session whose approval expires within
   `LOCKGATE_APPROVAL_WARNING`: when, and how to decide it.
 
+A client that set a level above `warning` (logging/setLevel: `error` and up, kept on the
+session's row) is sent none of them.
+
 Both are read from the database at the request, so they reach the session through any
 instance after any restart. Each is told once per process (a bounded memory of what was
 told); after a restart, or on another instance, the next request is told once more.
@@ -32,13 +35,17 @@ MAX_NOTICES = 8
 #: What this process remembers having told (the oldest is forgotten first).
 MAX_REMEMBERED = 10_000
 LOGGER = "lockgate"
+#: The syslog severities of `notifications/message`, least severe first (RFC 5424).
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+#: The level of every notice here.
+LEVEL = "warning"
 
 
 def notification(data: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return {
         "jsonrpc": "2.0",
         "method": "notifications/message",
-        "params": {"level": "warning", "logger": LOGGER, "data": data},
+        "params": {"level": LEVEL, "logger": LOGGER, "data": data},
     }
 
 
@@ -65,7 +72,15 @@ class SessionNotices:
     def for_request(self, session_id: str) -> list[dict[str, JsonValue]]:
         """The notifications the session's request opens with (blocking: run it in a
         worker thread)."""
+        if not self._wanted(session_id):
+            return []
         return self._lost(session_id) + self._expiring(session_id)
+
+    def _wanted(self, session_id: str) -> bool:
+        """Whether the session's client takes warnings (it set no level, or one up to them)."""
+        row = self.store.sessions.get(session_id)
+        level = row.log_level if row is not None else None
+        return level not in LEVELS or LEVELS.index(level) <= LEVELS.index(LEVEL)
 
     def _lost(self, session_id: str) -> list[dict[str, JsonValue]]:
         told = []

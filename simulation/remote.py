@@ -16,6 +16,7 @@ from lockgate.simulation.remote_ledger import (
     session_closed,
     session_expires,
     session_lease,
+    session_log_level,
     session_requests,
     stream_lost,
 )
@@ -72,6 +73,7 @@ REMOTE: dict[str, RemoteDrive] = {
     "session_requests": session_requests,
     "stream_lost": stream_lost,
     "session_closed": session_closed,
+    "session_log_level": session_log_level,
     "session_idle": session_expires,
     "session_cap": session_expires,
     "session_lease": session_lease,

@@ -47,6 +47,27 @@ def session_requests(client: RemoteClient) -> None:
     session.collect()
 
 
+def session_log_level(client: RemoteClient) -> None:
+    """logging/setLevel twice on a session (each request makes it active): the last level
+    set is the one its row keeps, through any restart between them."""
+    session = _session(client)
+    session.collect()  # what a crash cost the client is reported to it
+    for level in ("error", "warning"):
+        if client.memory.get(f"level.{level}"):
+            continue
+        attempt = client.memory.get(f"level.{level}.attempt", 0) + 1
+        client.memory[f"level.{level}.attempt"] = attempt
+        answer = session.set_log_level(f"level-{level}-{attempt}", level)
+        expect(answer.get("result") == {}, f"logging/setLevel {level} answered {answer}")
+        client.memory[f"level.{level}"] = True
+    session.collect()
+    row = SessionQueries(client.deployment.db).get(session.session_id or "")
+    expect(
+        row is not None and row.log_level == "warning",
+        f"the session kept level {row.log_level if row else None!r}, not 'warning'",
+    )
+
+
 def stream_lost(client: RemoteClient) -> None:
     """The client's connection drops while its request runs: the id is lost (the stream
     closed abnormally) and reported on the session's next GET."""

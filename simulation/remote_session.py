@@ -105,6 +105,27 @@ class SessionClient:
         answer: dict[str, Any] = self._guard(post)
         return answer
 
+    def set_log_level(self, request_id: str, level: str) -> dict[str, Any]:
+        """logging/setLevel on the session; its answer (or -32010) for `request_id`."""
+        self.inbox.sent(request_id)
+        message = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "logging/setLevel",
+            "params": {"level": level},
+        }
+
+        def post() -> dict[str, Any]:
+            url = f"{self.client.server.url}/mcp"
+            with httpx2.stream("POST", url, headers=self._headers(), json=message, timeout=30) as r:
+                for event_id, data in _events(r):
+                    if isinstance(data, dict) and data.get("id") == request_id:
+                        return self._received(event_id, data)
+            raise ScenarioFailed(f"the stream of {request_id} ended without its answer")
+
+        answer: dict[str, Any] = self._guard(post)
+        return answer
+
     def _received(self, event_id: str | None, data: dict[str, Any]) -> dict[str, Any]:
         if "error" in data and data["error"].get("code") == -32010:
             acked = acknowledged_reports(event_id)

@@ -134,3 +134,23 @@ def session_lease(client: Client) -> None:
         expect(
             row is not None and row.status == "expired", f"session {session_id} outlived its lease"
         )
+
+
+def session_log_level(client: Client) -> None:
+    """logging/setLevel while a request is in flight (active), then while idle (another
+    instance ended its last request): the last level set is the one kept."""
+    session_id = _session(client)
+    sessions = client.runtime.sessions
+    if not client.memory.get("level.error"):
+        sessions.begin_request(session_id)
+        expect(sessions.set_log_level(session_id, "error"), "a live session refused a level")
+        sessions.end_request(session_id)
+        client.memory["level.error"] = True
+    if not client.memory.get("level.warning"):
+        expect(sessions.set_log_level(session_id, "warning"), "an idle session refused a level")
+        client.memory["level.warning"] = True
+    row = sessions.get(session_id)
+    expect(
+        row is not None and row.log_level == "warning",
+        f"session {session_id} kept level {row.log_level if row else None!r}, not 'warning'",
+    )

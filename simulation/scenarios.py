@@ -71,6 +71,7 @@ from lockgate.simulation.scenario_runs import (
 from lockgate.simulation.scenario_sessions import (
     session_closed,
     session_lease,
+    session_log_level,
     session_requests,
     stream_lost,
 )
@@ -330,6 +331,12 @@ _CATALOG: tuple[Scenario, ...] = (
     ),
     Scenario(
         "session_closed", "DELETE on an active and an idle session.", session_closed, portable=False
+    ),
+    Scenario(
+        "session_log_level",
+        "logging/setLevel on an active and an idle session: the last level is kept.",
+        session_log_level,
+        portable=False,
     ),
     Scenario(
         "stream_lost",

@@ -28,9 +28,9 @@ SESSION = MachineSpec(
     title="Session",
     description=(
         "A 2025-protocol MCP session. Its row (principal, client info, protocol version, last "
-        "activity, incarnation) lets any instance serve it after a restart without a new "
-        "initialize. Its lease is decided by a pure function of (now, last activity, work in "
-        "flight, owed requests of the current incarnation)."
+        "activity, incarnation, the log level the client set) lets any instance serve it "
+        "after a restart without a new initialize. Its lease is decided by a pure function "
+        "of (now, last activity, work in flight, owed requests of the current incarnation)."
     ),
     status=SessionStatus,
     states=(
@@ -77,6 +77,24 @@ SESSION = MachineSpec(
             # or late expiry of an idle session.
             waits_for_disk=False,
             description="Its last request in flight finished.",
+        ),
+        TransitionSpec(
+            event="set_log_level",
+            source=(S.ACTIVE,),
+            dest=S.ACTIVE,
+            effects=("record_log_level",),
+            # A client's preference: lost only with the machine, it costs a notice sent that
+            # the client asked not to see, or one held back, until it asks again.
+            waits_for_disk=False,
+            description="logging/setLevel: the least severe notices the client wants.",
+        ),
+        TransitionSpec(
+            event="set_log_level",
+            source=(S.IDLE,),
+            dest=S.IDLE,
+            effects=("record_log_level",),
+            waits_for_disk=False,
+            description="logging/setLevel while another instance ended its last request.",
         ),
         TransitionSpec(
             event="destroy",

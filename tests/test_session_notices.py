@@ -127,3 +127,39 @@ def test_an_approval_about_to_expire_is_told_to_the_session_that_asked(
 
     run(bob_lists())
     assert others == []  # another principal's session hears nothing of alice's approval
+
+
+def test_a_session_s_log_level_is_kept_and_honoured_after_a_restart(
+    deployment: Deployment,
+) -> None:
+    """`logging` is declared; `logging/setLevel` to `error` silences the session's warnings,
+    on a restarted server too (the level is on the session's row); back to `warning`, they
+    are told again."""
+    settings = {"LOCKGATE_APPROVAL_TTL": "300", "LOCKGATE_APPROVAL_WARNING": "600"}
+    first = deployment.start(name="first", **settings)
+    key = create_key_directly(deployment.database_url, "alice")
+    with httpx2.Client(timeout=30) as http:
+        raw = RawMCP(http, first.url, key, "legacy")
+        opened = raw.initialize()
+        assert opened.status_code == 200, opened.text
+        [init] = [m for m in sse_messages(opened.text) if "result" in m] or [opened.json()]
+        assert "logging" in init["result"]["capabilities"], init
+        paused = raw.call_tool("execute", {"code": write_code("quiet")})
+        assert "waiting_for_interaction" in paused.text, paused.text
+        [warning] = _notices(raw.request("tools/list"))  # an approval about to expire
+        assert "expires at" in warning["message"]
+
+        set_level = raw.request("logging/setLevel", {"level": "error"})
+        assert set_level.status_code == 200 and '"result":{}' in set_level.text.replace(
+            " ", ""
+        ), set_level.text
+        first.kill()
+
+        second = deployment.start(name="second", **settings)
+        raw.url = second.url
+        # A new process would tell the warning again: the session asked for errors only.
+        assert _notices(raw.request("tools/list")) == []
+        # Back to warnings: told again, from the answer to that very request on, once.
+        lowered = raw.request("logging/setLevel", {"level": "warning"})
+        [again] = _notices(lowered) + _notices(raw.request("tools/list"))
+        assert again["executionId"] == warning["executionId"]

@@ -253,6 +253,9 @@ class Session(SQLModel, table=True):
     protocol_version: str = Field(max_length=32)
     client_info: JsonValue = Field(default=None, sa_column=_json())
     capabilities: JsonValue = Field(default=None, sa_column=_json())
+    #: The least severe `notifications/message` level the client asked for (logging/setLevel);
+    #: None: every level.
+    log_level: str | None = Field(default=None, max_length=16)
     incarnation: int
     last_activity: datetime = Field(sa_column=_when())
     created_at: datetime = Field(sa_column=_when())

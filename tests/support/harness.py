@@ -76,6 +76,7 @@ from tests.support.lifecycle.session_drivers import (
     expire_sessions,
     report_lost,
     session_request,
+    set_log_level,
     stream_closed,
 )
 from tests.support.lifecycle.spec_replay import DRIVEN_MACHINES, SpecReplay
@@ -199,6 +200,7 @@ DRIVERS: Mapping[tuple[str, str], Driver] = {
     ("session", "end_request"): session_request,
     ("session", "destroy"): expire_sessions,
     ("session", "close"): close_session,
+    ("session", "set_log_level"): set_log_level,
     ("session", "release"): die_mid_request,
     ("owed_request", "answer"): session_request,
     ("owed_request", "lose"): stream_closed,

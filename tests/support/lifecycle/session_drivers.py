@@ -123,6 +123,27 @@ class SessionActions:
 
         d.act(runtime, close)
 
+    def set_log_level(self, data: Choices) -> None:
+        """logging/setLevel on a session: within its request (active), or once another
+        instance ended its last one (idle)."""
+        d = self.deployment
+        runtime = d.pick_runtime(data)
+        session_id = self.session(data, runtime)
+        if not session_id:
+            return
+        level = pick(data, ["debug", "warning", "error"], "level")
+        within = pick(data, [True, False], "within a request")
+
+        def set_level() -> None:
+            d.note(f"{runtime.settings.instance_name}: logging/setLevel {level}")
+            if within:
+                runtime.sessions.begin_request(session_id)
+            runtime.sessions.set_log_level(session_id, level)
+            if within:
+                runtime.sessions.end_request(session_id)
+
+        d.act(runtime, set_level)
+
     def die_mid_request(self, data: Choices, *, after_close: bool = False) -> None:
         """The process dies with a request in flight (its session active, the id owed); the
         next incarnation's recovery releases the session and loses the id. With
@@ -182,6 +203,10 @@ def abandon_reports(h: Harness, data: Choices) -> None:
         h.sessions.close_session(data)
     else:
         h.sessions.expire_sessions(data)
+
+
+def set_log_level(h: Harness, data: Choices) -> None:
+    h.sessions.set_log_level(data)
 
 
 def die_mid_request(h: Harness, data: Choices) -> None:
