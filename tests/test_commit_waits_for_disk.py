@@ -1,8 +1,8 @@
 """Which commits wait for the disk (`TransitionSpec.waits_for_disk`): an MCP request's own
-bookkeeping (its owed entry and answer, its session's activity) does not, everything else
-does. Seen from the outside on SQLite (the fsyncs of a real process, under strace; a commit
-that did not wait still survives the process's SIGKILL), and on PostgreSQL by what the
-transaction asks of the server."""
+bookkeeping (its owed entry and answer, its session's activity and the log level its client
+set) does not, everything else does. Seen from the outside on SQLite (the fsyncs of a real
+process, under strace; a commit that did not wait still survives the process's SIGKILL),
+and on PostgreSQL by what the transaction asks of the server."""
 
 from __future__ import annotations
 
@@ -34,7 +34,12 @@ def test_only_the_request_bookkeeping_skips_the_wait() -> None:
         for t in spec.transitions
         if not t.waits_for_disk
     }
-    assert lazy == {"session.begin_request", "session.end_request", "owed_request.answer"}
+    assert lazy == {
+        "session.begin_request",
+        "session.end_request",
+        "session.set_log_level",
+        "owed_request.answer",
+    }
     created_lazily = {name for name, spec in MACHINES.items() if not spec.creation_waits_for_disk}
     assert created_lazily == {"owed_request"}
 
