@@ -56,21 +56,25 @@ def configured_sources(
     settings: Settings,
     sources: list[ToolSource] | None = None,
     secrets: SecretStore | None = None,
-) -> list[ToolSource]:
+) -> tuple[list[ToolSource], frozenset[str]]:
     """The sources a server with `settings` serves: `sources` (default: the built-in notes
-    and every installed plugin's), then those of the operator's sources file."""
+    and every installed plugin's), then those of the operator's sources file; and the names
+    of those the file exposes directly as MCP tools (`expose = "direct"`)."""
     chosen: list[ToolSource] = (
         list(sources) if sources is not None else [NotesSource(settings.notes_dir)]
     )
     if sources is None:  # installed plugins' sources, as every server has them
         chosen += installed_sources()
+    direct: frozenset[str] = frozenset()
     if settings.sources_file is not None:  # the operator's, next to those given
         # Imported here: the source kinds (GraphQL, OpenAPI, MCP) cost a boot without
         # a sources file nothing.
         from lockgate.machine.tools.source_file import load_sources
 
-        chosen += load_sources(settings.sources_file, http_limits(settings), secrets)
-    return chosen
+        loaded = load_sources(settings.sources_file, http_limits(settings), secrets)
+        chosen += loaded
+        direct = loaded.direct
+    return chosen, direct
 
 
 def http_limits(settings: Settings) -> HttpLimits:
@@ -128,6 +132,8 @@ class Runtime:
     sources: list[ToolSource]
     catalog: SourceCatalog
     registry: ToolRegistry
+    #: The configured sources whose tools are MCP tools too (`expose = "direct"`).
+    direct: frozenset[str]
     sessions: Sessions
     ledger: Ledger
     #: People who approve: approvers, enrolment links, signed-in sessions.
@@ -161,7 +167,8 @@ class Runtime:
                 stored.check_startable()  # stored secrets and no key: refuse to start
                 secrets = stored
             admin = AdminSource()
-            chosen = [*configured_sources(settings, sources, secrets), admin]
+            configured, direct = configured_sources(settings, sources, secrets)
+            chosen = [*configured, admin]
             catalog = source_catalog(settings, store, chosen, secrets, admin=admin)
         except Exception:
             store.engine.dispose()  # a runtime that cannot start holds no connection
@@ -236,6 +243,7 @@ class Runtime:
             sources=chosen,
             catalog=catalog,
             registry=registry,
+            direct=direct,
             sessions=sessions,
             ledger=ledger,
             people=People(store=store, write=write, settings=settings, clock=clock),

@@ -36,7 +36,8 @@ def opened_catalog() -> Iterator[Any]:
     store = SqlStore(prepare_database(settings))
     try:
         secrets = StoredSecrets(store.secrets, SecretCipher.from_settings(settings))
-        chosen = [*configured_sources(settings, secrets=secrets), AdminSource()]
+        configured, _direct = configured_sources(settings, secrets=secrets)
+        chosen = [*configured, AdminSource()]
         catalog = source_catalog(settings, store, chosen, secrets)
         try:
             yield catalog

@@ -39,6 +39,8 @@ from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
 from lockgate.server.decisions import Agent, Decision
+from lockgate.server.direct_tools import DirectTools
+from lockgate.server.direct_tools import answer as direct_answer
 from lockgate.server.input_required import APPROVAL, InputRequiredDoor
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
@@ -118,6 +120,10 @@ class LockgateMCP:
         #: The one decision entry, for every door here.
         self.decisions = approvals.decisions
         self.max_code_chars = max_code_chars
+        #: The tools of sources exposed directly (`expose = "direct"`), by their own names.
+        self.direct = DirectTools(
+            book.base, runner.runtime.direct, ("execute", "resume", "describe_tools", *SOURCE_TOOLS)
+        )
         settings = runner.runtime.settings
         #: Who may accept a gated call, per principal and connection.
         self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
@@ -191,16 +197,18 @@ class LockgateMCP:
                 self.max_code_chars,
                 mode,
             )
+            + self.direct.listed()
         )
 
     async def _shape(
-        self, outcome: ExecutionView | shapes.Running, mode: ApprovalMode
+        self, outcome: ExecutionView | shapes.Running, mode: ApprovalMode, direct: bool
     ) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
             return shapes.running(outcome.execution_id)
         # Only a paused execution's answer names its call's page.
         url = self.approval_url(outcome) if outcome.pending is not None else None
-        return shapes.execution(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
+        shape = direct_answer if direct else shapes.execution
+        return shape(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
 
     async def _finish(
         self,
@@ -210,9 +218,11 @@ class LockgateMCP:
         mode: ApprovalMode,
         *,
         ask: bool = True,
+        direct: bool = False,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """The answer about `outcome`; in `native` mode, a call it waits on is first put to
-        the client's person: within this request (2025), or as `input_required` (2026)."""
+        """The answer about `outcome` (as a direct tool's answer when `direct`); in `native`
+        mode, a call it waits on is first put to the client's person: within this request
+        (2025), or as `input_required` (2026)."""
         if mode is ApprovalMode.NATIVE and ask:
             if self.native.can_ask(ctx):
                 outcome = await self.native.settle(ctx, principal, outcome, self.approval_url)
@@ -224,7 +234,7 @@ class LockgateMCP:
                 asked = await self.input_required.ask(outcome)
                 if asked is not None:
                     return asked
-        return await self._shape(outcome, mode)
+        return await self._shape(outcome, mode, direct)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -242,13 +252,15 @@ class LockgateMCP:
         execution_id: str | None = None
         try:
             mode = self.modes.for_connection(principal, _asked_mode(ctx))
+            direct = params.name in self.direct
             if params.request_state is not None and (
-                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS
+                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS or direct
             ):
                 # The client's retry with its person's answer: nothing runs again.
                 outcome = await self.input_required.answer(ctx, principal, params, mode)
-                answered = await self._finish(ctx, principal, outcome, mode, ask=_decided(params))
-                return answered
+                return await self._finish(
+                    ctx, principal, outcome, mode, ask=_decided(params), direct=direct
+                )
             if params.name == "execute":
                 args = ExecuteArguments.model_validate(arguments)
                 if len(args.code) > self.max_code_chars:
@@ -294,23 +306,27 @@ class LockgateMCP:
                     content=[types.TextContent(type="text", text=text)],
                     structured_content=structured,
                 )
-            if params.name in SOURCE_TOOLS:
-                problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
-                if problems:
-                    return shapes.invalid(problems)
+            if params.name in SOURCE_TOOLS or direct:
+                if direct:
+                    code = self.direct.code(params.name, arguments)
+                else:
+                    problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
+                    if problems:
+                        return shapes.invalid(problems)
+                    code = source_tool_code(params.name, dict(arguments))
                 outcome = await self.runner.execute(
                     principal,
-                    source_tool_code(params.name, dict(arguments)),
+                    code,
                     session_id,
                     request_key(session_id, ctx.request_id)
                     if session_id and ctx.request_id is not None
                     else None,
                     None,
                 )
-                return await self._finish(ctx, principal, outcome, mode)
+                return await self._finish(ctx, principal, outcome, mode, direct=direct)
+            offered = ["execute", "resume", "describe_tools", *SOURCE_TOOLS, *self.direct.specs]
             return shapes.invalid(
-                f"Unknown tool {params.name!r}: this server offers execute, resume, "
-                f"describe_tools and {', '.join(SOURCE_TOOLS)}."
+                f"Unknown tool {params.name!r}: this server offers {', '.join(offered)}."
             )
         except ValidationError as exc:
             return shapes.invalid(_problems(exc))

@@ -26,6 +26,11 @@ control (`LOCKGATE_SOURCES_FILE`):
     factory = "my_tools:make_source"   # module:callable returning a ToolSource
     options = { region = "eu" }        # optional: keyword arguments for the factory
 
+Any table may also say `expose = "direct"`: its tools are then MCP tools of their own too,
+beside `execute` (`LoadedSources.direct`; the server lists and calls them, each call a
+one-call execution through the same journal, policy and approvals). The default,
+`expose = "code"`, offers them to agent code only.
+
 Read once at start-up; a document that cannot be read or is not OpenAPI 3.0/3.1 stops the
 server with a message naming the source, rather than leaving its tools silently missing. The
 kinds of table are `machine.tools.kinds`, one file each.
@@ -50,10 +55,34 @@ from lockgate.machine.tools.spec import ToolSource
 
 log = logging.getLogger("lockgate.sources")
 
+#: How a source's tools may be reached: from agent code only, or as MCP tools too.
+EXPOSE = ("code", "direct")
+
+
+class LoadedSources(list[ToolSource]):
+    """The sources of a sources file, in order, and the names of those exposed directly."""
+
+    def __init__(self, sources: list[ToolSource], direct: frozenset[str]) -> None:
+        super().__init__(sources)
+        self.direct = direct
+
+
+def _exposure(entry: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+    """The table without its `expose` key (which every kind takes), and whether it said
+    `direct`."""
+    table = dict(entry)
+    expose = table.pop("expose", "code")
+    if expose not in EXPOSE:
+        raise InvalidToolSource(
+            f"{where}: expose must be {' or '.join(repr(e) for e in EXPOSE)}, not {expose!r}",
+            hint='expose = "direct" lists its tools as MCP tools beside execute.',
+        )
+    return table, expose == "direct"
+
 
 def load_sources(
     path: Path, limits: HttpLimits, secrets: SecretStore | None = None
-) -> list[ToolSource]:
+) -> LoadedSources:
     """`secrets` resolve a GraphQL source's credential for its introspection at start-up."""
     try:
         config = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -72,11 +101,17 @@ def load_sources(
         )
     origin = Origin(f"the sources file {path}", path.parent)
     made: list[ToolSource] = []
+    direct: set[str] = set()
     for kind in KINDS:
-        for number, entry in enumerate(config.get(kind.name, []), start=1):
+        for number, given in enumerate(config.get(kind.name, []), start=1):
+            label = f"[[{kind.name}]] number {number} of {path}"
+            if not isinstance(given, Mapping):
+                raise InvalidToolSource(f"{label} is not a table")
+            entry, exposed = _exposure(given, label)
             if not kind.named:  # its messages say which table it is
-                where = replace(origin, label=f"[[{kind.name}]] number {number} of {path}")
-                made.append(kind.build(entry, where, limits, secrets))
+                made.append(kind.build(entry, replace(origin, label=label), limits, secrets))
+                if exposed:
+                    direct.add(made[-1].name)
                 continue
             # Said as each one loads, so a start with a large API is never silent for long.
             log.info("loading %s source %r", kind.name, entry.get("name"))
@@ -89,7 +124,9 @@ def load_sources(
                 len(made[-1].tools()),
                 time.monotonic() - began,
             )
-    return made
+            if exposed:
+                direct.add(made[-1].name)
+    return LoadedSources(made, frozenset(direct))
 
 
 def build_source(

@@ -1,0 +1,171 @@
+"""The official conformance suite's fixture tools, as a Python source an operator could
+write (a `[[python]]` table of the sources file with `expose = "direct"`): the suite calls
+them by name, as MCP tools, and each call runs through Lockgate's journal and policy like
+any other. A test surface, never part of the server (tests/test_conformance_suite.py).
+
+Each tool answers what the suite's reference server answers (its everything-server), in the
+typed parts agent code gets of an upstream MCP tool, which a direct tool answers as MCP
+content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import JsonValue
+
+from lockgate.machine.policy import PolicyDecision
+from lockgate.machine.tools import Tool, ToolContext, ToolFailed, ToolSpec
+
+SOURCE = "conformance"
+#: A 1x1 PNG and a minimal WAV, as the suite's reference server sends them.
+IMAGE = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+#: The suite's JSON Schema 2020-12 fixture (SEP-1613, SEP-2106), which must be listed as is.
+SCHEMA_2020_12: dict[str, JsonValue] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+
+#: Each tool's arguments: none but for the JSON Schema 2020-12 tool.
+NO_ARGUMENTS: dict[str, JsonValue] = {"type": "object", "properties": {}}
+PARAMETERS = {"json_schema_2020_12_tool": SCHEMA_2020_12}
+
+
+def _resource(uri: str, mime_type: str, text: str) -> dict[str, JsonValue]:
+    return {"type": "resource", "uri": uri, "mime_type": mime_type, "text": text}
+
+
+def _failing(arguments: dict[str, JsonValue]) -> JsonValue:
+    raise ToolFailed("This tool intentionally returns an error for testing")
+
+
+ANSWERS: dict[str, tuple[str, Callable[[dict[str, JsonValue]], JsonValue]]] = {
+    "test_simple_text": (
+        "Tests simple text content response",
+        lambda _: "This is a simple text response for testing.",
+    ),
+    "test_image_content": (
+        "Tests image content response",
+        lambda _: [{"type": "image", "mime_type": "image/png", "data": IMAGE}],
+    ),
+    "test_audio_content": (
+        "Tests audio content response",
+        lambda _: [{"type": "audio", "mime_type": "audio/wav", "data": AUDIO}],
+    ),
+    "test_embedded_resource": (
+        "Tests embedded resource content response",
+        lambda _: [
+            _resource(
+                "test://embedded-resource", "text/plain", "This is an embedded resource content."
+            )
+        ],
+    ),
+    "test_multiple_content_types": (
+        "Tests response with multiple content types (text, image, resource)",
+        lambda _: [
+            {"type": "text", "text": "Multiple content types test:"},
+            {"type": "image", "mime_type": "image/png", "data": IMAGE},
+            _resource(
+                "test://mixed-content-resource", "application/json", '{"test":"data","value":123}'
+            ),
+        ],
+    ),
+    "test_error_handling": ("Tests error response handling", _failing),
+    "json_schema_2020_12_tool": (
+        "Tool with JSON Schema 2020-12 features",
+        lambda arguments: f"Received: {arguments}",
+    ),
+}
+
+
+@dataclass
+class FixtureTool:
+    spec: ToolSpec
+    answer: Callable[[dict[str, JsonValue]], JsonValue]
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        return self.answer(arguments)
+
+
+CONFIRM_DELETE = ToolSpec(
+    source=SOURCE,
+    name="confirm_delete",
+    description="Delete a file, once a person approved it",
+    parameters={
+        "type": "object",
+        "properties": {"filename": {"type": "string", "minLength": 1}},
+        "required": ["filename"],
+        "additionalProperties": False,
+    },
+    default_policy=PolicyDecision.REQUIRE_APPROVAL,
+)
+
+
+@dataclass
+class ConfirmDelete:
+    """A write that needs a person's approval (the suite's confirm_delete): each deletion
+    it makes is a line of `effects`, so a test can count them."""
+
+    effects: Path | None
+    spec: ToolSpec = field(default_factory=lambda: CONFIRM_DELETE)
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        if self.effects is not None:
+            with self.effects.open("a", encoding="utf-8") as made:
+                made.write(f"{context.idempotency_key} {arguments['filename']}\n")
+        return f"Deleted {arguments['filename']}."
+
+
+class ConformanceSource:
+    name = SOURCE
+
+    def __init__(self, effects: str | None = None) -> None:
+        self._tools: list[Tool] = [
+            FixtureTool(
+                ToolSpec(
+                    source=SOURCE,
+                    name=name,
+                    description=description,
+                    parameters=PARAMETERS.get(name, NO_ARGUMENTS),
+                    idempotent=True,
+                    default_policy=PolicyDecision.APPROVE,
+                ),
+                answer,
+            )
+            for name, (description, answer) in ANSWERS.items()
+        ]
+        self._tools.append(ConfirmDelete(Path(effects) if effects else None))
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+
+def make_source(effects: str | None = None) -> ConformanceSource:
+    """`effects`: a file where each deletion confirm_delete makes is written as a line."""
+    return ConformanceSource(effects)
