@@ -7,15 +7,22 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 
-def npm_installed(package_json: Path, install: Path, package: str, version: str) -> Path:
+def npm_installed(
+    package_json: Path,
+    install: Path,
+    package: str,
+    version: str,
+    npm: Sequence[str] = ("npm",),
+) -> Path:
     """`package` at `version` under `install/node_modules`, installed from `package_json`
-    when absent or another version; its folder."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
+    when absent or another version, with `npm` (default: the machine's); its folder."""
+    if tuple(npm) == ("npm",) and (shutil.which("node") is None or shutil.which("npm") is None):
         pytest.fail("node and npm are needed (Debian: apt-get install nodejs npm)")
     folder = install / "node_modules" / package
     installed = folder / "package.json"
@@ -23,7 +30,7 @@ def npm_installed(package_json: Path, install: Path, package: str, version: str)
         install.mkdir(parents=True, exist_ok=True)
         shutil.copy(package_json, install / "package.json")
         done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            [*npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=install,
             capture_output=True,
             text=True,

