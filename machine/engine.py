@@ -145,6 +145,7 @@ class Engine:
         session_id: str | None,
         origin_request: str | None = None,
         idempotency_key: str | None = None,
+        direct_tool: str | None = None,
     ) -> Execution:
         if not code.strip():
             raise InvalidExecutionInput("The code is empty: send the Python code to run.")
@@ -162,6 +163,7 @@ class Engine:
             idempotency_key=idempotency_key,
             status=E.PENDING.value,
             code=code,
+            direct_tool=direct_tool,
             created_at=now,
             updated_at=now,
         )
@@ -181,6 +183,7 @@ class Engine:
         idempotency_key: str | None = None,
         admit: Callable[[], None] = lambda: None,
         live_limit: int | None = None,
+        direct_tool: str | None = None,
     ) -> ExecutionRecord:
         """Store a new execution claimed by this instance in the same transaction (no other
         instance can take it in between). `carry_on` runs it. `origin_request` names the
@@ -193,11 +196,14 @@ class Engine:
         `admit` (the caller's admission limits) runs after the key check: a repeat starts
         nothing, so no limit refuses it. `live_limit`: the most unfinished executions the
         principal may have, counted in the insert's own transaction (exact under any
-        concurrency); `LimitReached` beyond it."""
+        concurrency); `LimitReached` beyond it. `direct_tool`: the direct tool whose call
+        this is (its answer is that tool's, not `execute`'s)."""
         if idempotency_key is not None:
             self.reads.refuse_started(principal_id, code, idempotency_key)
         admit()
-        row = self._new_execution(principal_id, code, session_id, origin_request, idempotency_key)
+        row = self._new_execution(
+            principal_id, code, session_id, origin_request, idempotency_key, direct_tool
+        )
         ex = record_of(row)
         under = [
             *(

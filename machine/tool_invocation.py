@@ -19,6 +19,9 @@ from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolO
 from lockgate.machine.values import limit_size, to_json
 
 log = logging.getLogger("lockgate.engine")
+#: How a tool's failure begins when it raised something other than `ToolFailed`: a fault of
+#: the tool, not an answer (a direct call's task says `failed`, a JSON-RPC internal error).
+UNEXPECTED = "the tool failed unexpectedly"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,6 @@ def invoke(
         log.warning(
             "tool %s raised %s", tool.spec.full_name, type(exc).__name__
         )  # the message may hold a secret: the type is enough for operators
-        return Dispatched(error=f"the tool failed unexpectedly ({type(exc).__name__})")
+        return Dispatched(error=f"{UNEXPECTED} ({type(exc).__name__})")
     clean = redactor.redact(to_json(value))
     return Dispatched(value=limit_size(clean, max_result_bytes))

@@ -38,6 +38,8 @@ class ExecutionView(BaseModel):
     pending: PendingCall | None = None
     what_ran: JsonValue = None
     calls: list[CallSummary] = []
+    #: The direct tool whose call this is (it answers as that tool); None for code.
+    direct_tool: str | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -78,6 +80,7 @@ def build_view(row: Execution, calls: list[CallLine]) -> ExecutionView:
         pending=pending,
         what_ran=row.what_ran,
         calls=[CallSummary(seq=c.seq, tool=c.tool, status=ToolCallStatus(c.status)) for c in calls],
+        direct_tool=row.direct_tool,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

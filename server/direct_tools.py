@@ -23,6 +23,7 @@ from typing import Any
 import mcp_types as types
 from pydantic import JsonValue, ValidationError
 
+from lockgate.machine.tool_invocation import UNEXPECTED
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.views import ExecutionView
@@ -64,6 +65,7 @@ class DirectTools:
                 description=spec.description,
                 input_schema=spec.parameters,
                 annotations=types.ToolAnnotations(idempotent_hint=spec.idempotent),
+                execution=types.ToolExecution(task_support=spec.task_support.value),
             )
             for name, spec in self.specs.items()
         ]
@@ -102,6 +104,18 @@ def failure_text(message: str) -> str:
     message = message.removesuffix(_LINE)
     failed = _TOOL_FAILED.fullmatch(message)
     return failed["words"] if failed else message
+
+
+def internal_error(view: ExecutionView) -> dict[str, JsonValue] | None:
+    """The JSON-RPC error a direct call ended in, if it did: its tool failed unexpectedly
+    (raised something other than an answer), a fault of the server's side. None for a call
+    that answered, its answer an error or not."""
+    if view.direct_tool is None or view.status != E.FAILED or not isinstance(view.error, dict):
+        return None
+    text = failure_text(str(view.error.get("message") or ""))
+    if not text.startswith(UNEXPECTED):
+        return None
+    return {"code": types.INTERNAL_ERROR, "message": f"Internal error: {text}"}
 
 
 def result_of(value: JsonValue) -> types.CallToolResult:

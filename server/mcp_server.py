@@ -34,6 +34,7 @@ from lockgate.machine.execution_errors import IdempotencyKeyReused
 from lockgate.machine.lost_report import request_key
 from lockgate.machine.sessions import SessionBusy
 from lockgate.machine.source_book import SourceBook
+from lockgate.machine.tools.spec import TaskSupport
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
@@ -46,7 +47,7 @@ from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
-from lockgate.server.tasks import Tasks, answers_with_task
+from lockgate.server.tasks import Tasks, answers_with_task, missing_extension
 from lockgate.server.tool_listing import (
     SOURCE_TOOLS,
     described,
@@ -59,6 +60,11 @@ if TYPE_CHECKING:
     from lockgate.server.approval_page import ApprovalSurface
 
 log = logging.getLogger("lockgate.mcp")
+
+#: How long a direct call that may become a task runs before it does: one that finishes
+#: sooner answers its result at once (the extension's immediate-result shortcut), so a
+#: quick read never costs the client a poll.
+TASK_AFTER_SECS = 1.0
 
 
 class ExecuteArguments(BaseModel):
@@ -236,6 +242,39 @@ class LockgateMCP:
                     return asked
         return await self._shape(outcome, mode, direct)
 
+    async def _call_direct(
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        params: types.CallToolRequestParams,
+        session_id: str | None,
+        mode: ApprovalMode,
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        """A direct tool's call: a one-call execution, answered as the tool, or as a task
+        (stored before the answer) where the tool and the client allow one and the call does
+        not finish at once."""
+        support = self.direct.specs[params.name].task_support
+        takes_tasks = answers_with_task(ctx)
+        if support is TaskSupport.REQUIRED and not takes_tasks:
+            raise missing_extension()
+        as_task = takes_tasks and support is not TaskSupport.FORBIDDEN
+        outcome = await self.runner.execute(
+            principal,
+            self.direct.code(params.name, params.arguments or {}),
+            session_id,
+            request_key(session_id, ctx.request_id)
+            if session_id and ctx.request_id is not None
+            else None,
+            None,
+            budget=(0 if support is TaskSupport.REQUIRED else TASK_AFTER_SECS)
+            if as_task
+            else None,
+            direct_tool=params.name,
+        )
+        if as_task and (isinstance(outcome, shapes.Running) or not outcome.terminal):
+            return await to_thread.run_sync(self.tasks.created, outcome, mode)
+        return await self._finish(ctx, principal, outcome, mode, direct=True)
+
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
@@ -306,28 +345,28 @@ class LockgateMCP:
                     content=[types.TextContent(type="text", text=text)],
                     structured_content=structured,
                 )
-            if params.name in SOURCE_TOOLS or direct:
-                if direct:
-                    code = self.direct.code(params.name, arguments)
-                else:
-                    problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
-                    if problems:
-                        return shapes.invalid(problems)
-                    code = source_tool_code(params.name, dict(arguments))
+            if direct:
+                return await self._call_direct(ctx, principal, params, session_id, mode)
+            if params.name in SOURCE_TOOLS:
+                problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
+                if problems:
+                    return shapes.invalid(problems)
                 outcome = await self.runner.execute(
                     principal,
-                    code,
+                    source_tool_code(params.name, dict(arguments)),
                     session_id,
                     request_key(session_id, ctx.request_id)
                     if session_id and ctx.request_id is not None
                     else None,
                     None,
                 )
-                return await self._finish(ctx, principal, outcome, mode, direct=direct)
+                return await self._finish(ctx, principal, outcome, mode)
             offered = ["execute", "resume", "describe_tools", *SOURCE_TOOLS, *self.direct.specs]
             return shapes.invalid(
                 f"Unknown tool {params.name!r}: this server offers {', '.join(offered)}."
             )
+        except MCPError:
+            raise  # a protocol error the request itself caused, answered as one
         except ValidationError as exc:
             return shapes.invalid(_problems(exc))
         except IdempotencyKeyReused as exc:

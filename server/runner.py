@@ -193,6 +193,7 @@ class ExecutionRunner:
         idempotency_key: str | None = None,
         *,
         budget: float | None = None,
+        direct_tool: str | None = None,
     ) -> ExecutionView | Running:
         """Start and run new code; with `idempotency_key`, a call that repeats one which
         already started an execution waits for that execution instead (a retry of a lost
@@ -211,6 +212,7 @@ class ExecutionRunner:
                     idempotency_key,
                     # Exact under any concurrency: counted where the execution is inserted.
                     live_limit=self.runtime.settings.max_paused_per_principal,
+                    direct_tool=direct_tool,
                 )
             )
         except AlreadyStarted as started:

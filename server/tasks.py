@@ -41,6 +41,8 @@ from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
 from lockgate.server.decisions import ClientPrompt, Decision, Decisions
+from lockgate.server.direct_tools import answer as direct_answer
+from lockgate.server.direct_tools import internal_error
 from lockgate.server.input_required import STATELESS
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.runner import ExecutionRunner
@@ -75,13 +77,18 @@ def answers_with_task(ctx: ServerRequestContext[Any]) -> bool:
     return ctx.protocol_version >= STATELESS and declared(ctx)
 
 
+def missing_extension() -> MCPError:
+    """-32021, naming the extension the request needs and did not declare."""
+    return MCPError(
+        code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message="Missing required client capability",
+        data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
+    )
+
+
 def _require(ctx: ServerRequestContext[Any]) -> None:
     if not declared(ctx):
-        raise MCPError(
-            code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message="Missing required client capability",
-            data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
-        )
+        raise missing_extension()
 
 
 def _key(view: ExecutionView) -> str:
@@ -111,6 +118,8 @@ class Tasks:
     # -- the task's shape ----------------------------------------------------------------
 
     def _status(self, view: ExecutionView, mode: ApprovalMode) -> TaskStatus:
+        if internal_error(view) is not None:
+            return TaskStatus.FAILED  # a JSON-RPC error, which the extension calls failed
         status = TASK_STATUS[view.status].status
         if status is TaskStatus.INPUT_REQUIRED and mode is ApprovalMode.BROWSER:
             return TaskStatus.WORKING  # only the page decides: nothing to ask the client
@@ -158,6 +167,15 @@ class Tasks:
 
     async def _read(self, ctx: ServerRequestContext[Any], task_id: str) -> ExecutionView:
         _require(ctx)
+        named = ctx.request.headers.get("mcp-name") if ctx.request is not None else None
+        if named is not None and named != task_id:
+            # A balancer routes a task's requests by this header: one that names another
+            # task than the body would be served where the body's task is not.
+            raise MCPError(
+                code=types.HEADER_MISMATCH,
+                message="The Mcp-Name header names another task than params.taskId: send "
+                "the request's taskId as its Mcp-Name header.",
+            )
         principal = current_principal.get()
         now = self.runner.runtime.engine.clock()
         return await to_thread.run_sync(self._view, task_id, principal, now)
@@ -178,8 +196,14 @@ class Tasks:
             }
         elif status is TaskStatus.COMPLETED:
             url = self.approval_url(view) if view.pending else None
-            answer = shapes.execution(view, url, model_accepts=mode is ApprovalMode.MODEL)
+            # A direct tool's call answers as that tool; code as `execute`.
+            shape = direct_answer if view.direct_tool else shapes.execution
+            answer = shape(view, url, model_accepts=mode is ApprovalMode.MODEL)
             task["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        elif status is TaskStatus.FAILED:
+            error = internal_error(view)
+            task["error"] = error
+            task["statusMessage"] = error["message"] if error else "The call failed."
         return {"resultType": "complete", **task}
 
     async def update(

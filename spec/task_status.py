@@ -6,7 +6,9 @@ tests/test_tasks.py; the table is drawn in diagrams/README.md).
 
 The extension keeps `failed` for JSON-RPC errors; an execution whose code failed, expired or
 was interrupted is a tool call that completed with `isError: true`, which the extension says
-is `completed` with that result.
+is `completed` with that result. The one exception is a direct tool's call (`expose =
+"direct"`) whose tool failed unexpectedly (raised anything but an answer): that is an
+internal error of the request, so the task is `failed` with -32603 (`server/tasks.py`).
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ TASK_STATUS: Mapping[E, TaskView] = {
         "a call waits for approval: inputRequests holds the elicitation for it (in approval "
         "mode browser, where only the page decides, the task stays working instead)",
     ),
-    E.COMPLETED: TaskView(T.COMPLETED, "result: execute's answer"),
-    E.FAILED: TaskView(T.COMPLETED, "result: execute's error answer (isError)"),
+    E.COMPLETED: TaskView(T.COMPLETED, "result: execute's answer (a direct tool's: its own)"),
+    E.FAILED: TaskView(
+        T.COMPLETED,
+        "result: the error answer (isError); a direct tool's fault: failed, error -32603",
+    ),
     E.CANCELLED: TaskView(T.CANCELLED, "the approver cancelled, or tasks/cancel"),
     E.EXPIRED: TaskView(T.COMPLETED, "result: the expiry error (isError)"),
     E.INTERRUPTED: TaskView(T.COMPLETED, "result: the interruption error (isError)"),

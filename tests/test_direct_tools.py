@@ -137,12 +137,16 @@ def test_a_direct_tool_may_not_take_the_name_of_another_tool() -> None:
     registry.register(make_source())
     registry.register(make_greeter())
     tools = DirectTools(registry, frozenset({"conformance"}), ("execute",))
-    assert "confirm_delete" in tools and "greet" not in tools
+    # Only the source exposed directly: the greeter's greet is not the one listed.
+    assert "confirm_delete" in tools and tools.specs["greet"].source == "conformance"
     with pytest.raises(InvalidToolSource) as refused:
         DirectTools(registry, frozenset({"conformance"}), ("test_simple_text",))
     assert "'test_simple_text' has the name of a tool of Lockgate itself" in str(
         refused.value.message
     )
+    with pytest.raises(InvalidToolSource) as clash:
+        DirectTools(registry, frozenset({"conformance", "greeter"}), ())
+    assert "its tool 'greet' has the name of tools.conformance.greet" in str(clash.value.message)
 
 
 def test_a_tool_s_answer_becomes_mcp_content_by_its_shape() -> None:

@@ -196,6 +196,9 @@ class Execution(SQLModel, table=True):
     #: The instance id holding it while running; None otherwise.
     owner: str | None = Field(default=None, max_length=64)
     code: str = Field(sa_column=Column(Text, nullable=False))
+    #: The direct tool whose call started it (`expose = "direct"`): it answers as that tool
+    #: (MCP content), not as `execute`. None for code.
+    direct_tool: str | None = Field(default=None, max_length=128)
     #: Sealed sandbox snapshot: the last checkpoint, or the pause point.
     snapshot: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     runtime_version: str | None = Field(default=None, max_length=32)

@@ -14,6 +14,7 @@ import keyword
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 from typing import Protocol
@@ -57,6 +58,17 @@ def identifier(text: str) -> str:
     return f"{name}_" if keyword.iskeyword(name) else name
 
 
+class TaskSupport(StrEnum):
+    """Whether a call of the tool, exposed directly, may be answered with a task (MCP's
+    `execution.taskSupport`): `forbidden`, always its result; `optional`, a task when the
+    client takes tasks and the call does not finish at once (it waits for a person, or runs
+    long); `required`, always a task, and refused (-32021) to a client that takes none."""
+
+    FORBIDDEN = "forbidden"
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+
+
 class PlainJson(dict[str, JsonValue]):
     """A schema its maker has checked to be plain JSON (text keys, lists, finite numbers:
     `is_plain_json`), which a `ToolSpec` keeps as it is, not copied."""
@@ -96,6 +108,8 @@ class ToolSpec(BaseModel):
     about: str = ""
     """More words about the tool, for finding it only (`describe_tools` ranks by them, a
     listing does not show them): an operation's description and tags, bounded."""
+    task_support: TaskSupport = TaskSupport.OPTIONAL
+    """Whether a direct call may be answered with a task (`TaskSupport`)."""
     owner: str | None = None
     """The principal who added the tool's source (None: the operator's). Its calls read only
     that principal's secrets and reach only public addresses, and policy rules name it as

@@ -10,6 +10,7 @@ content.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools import Tool, ToolContext, ToolFailed, ToolSpec
+from lockgate.machine.tools.spec import TaskSupport
 
 SOURCE = "conformance"
 #: A 1x1 PNG and a minimal WAV, as the suite's reference server sends them.
@@ -25,6 +27,11 @@ IMAGE = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 )
 AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+#: slow_compute sleeps at most this long. Lockgate cancels a running call cooperatively (the
+#: call finishes; the tasks extension allows that), and the suite asks for minute-long
+#: computations it cancels at once: each would hold a worker for a minute for nothing.
+SLOW_CAP_SECS = 3.0
 
 #: The suite's JSON Schema 2020-12 fixture (SEP-1613, SEP-2106), which must be listed as is.
 SCHEMA_2020_12: dict[str, JsonValue] = {
@@ -52,9 +59,21 @@ SCHEMA_2020_12: dict[str, JsonValue] = {
 }
 
 
-#: Each tool's arguments: none but for the JSON Schema 2020-12 tool.
+#: Each tool's arguments (any, but where the suite says which), and how it takes tasks.
 NO_ARGUMENTS: dict[str, JsonValue] = {"type": "object", "properties": {}}
-PARAMETERS = {"json_schema_2020_12_tool": SCHEMA_2020_12}
+PARAMETERS: dict[str, dict[str, JsonValue]] = {
+    "json_schema_2020_12_tool": SCHEMA_2020_12,
+    "greet": {"type": "object", "properties": {"name": {"type": "string"}}},
+    "slow_compute": {
+        "type": "object",
+        "properties": {"seconds": {"type": "number", "minimum": 0}, "label": {"type": "string"}},
+    },
+}
+TASKS = {
+    "greet": TaskSupport.FORBIDDEN,
+    "failing_job": TaskSupport.REQUIRED,
+    "protocol_error_job": TaskSupport.REQUIRED,
+}
 
 
 def _resource(uri: str, mime_type: str, text: str) -> dict[str, JsonValue]:
@@ -63,6 +82,17 @@ def _resource(uri: str, mime_type: str, text: str) -> dict[str, JsonValue]:
 
 def _failing(arguments: dict[str, JsonValue]) -> JsonValue:
     raise ToolFailed("This tool intentionally returns an error for testing")
+
+
+def _broken(arguments: dict[str, JsonValue]) -> JsonValue:
+    # Not an answer but a fault (anything but ToolFailed): a JSON-RPC internal error.
+    raise RuntimeError("the job crashed")
+
+
+def _slow(arguments: dict[str, JsonValue]) -> JsonValue:
+    seconds = arguments.get("seconds", 0)
+    time.sleep(min(float(seconds), SLOW_CAP_SECS) if isinstance(seconds, int | float) else 0)
+    return f"computed {arguments.get('label', '')} in {seconds} s"
 
 
 ANSWERS: dict[str, tuple[str, Callable[[dict[str, JsonValue]], JsonValue]]] = {
@@ -97,6 +127,11 @@ ANSWERS: dict[str, tuple[str, Callable[[dict[str, JsonValue]], JsonValue]]] = {
         ],
     ),
     "test_error_handling": ("Tests error response handling", _failing),
+    # The tasks scenarios' tools (SEP-2663).
+    "greet": ("Greet someone (never a task)", lambda a: f"Hello, {a.get('name', 'world')}!"),
+    "slow_compute": ("Compute for `seconds` (a task when long)", _slow),
+    "failing_job": ("A job whose tool answers an error (always a task)", _failing),
+    "protocol_error_job": ("A job that crashes (always a task)", _broken),
     "json_schema_2020_12_tool": (
         "Tool with JSON Schema 2020-12 features",
         lambda arguments: f"Received: {arguments}",
@@ -153,6 +188,7 @@ class ConformanceSource:
                     name=name,
                     description=description,
                     parameters=PARAMETERS.get(name, NO_ARGUMENTS),
+                    task_support=TASKS.get(name, TaskSupport.OPTIONAL),
                     idempotent=True,
                     default_policy=PolicyDecision.APPROVE,
                 ),
