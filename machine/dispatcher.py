@@ -50,6 +50,7 @@ from lockgate.machine.settings import Settings
 from lockgate.machine.source_book import SourceBook, as_source_book
 from lockgate.machine.storage import StorageBudget
 from lockgate.machine.tool_invocation import Dispatched, invoke
+from lockgate.machine.tools.call_notices import CallNotices
 from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
@@ -122,8 +123,11 @@ class Dispatcher:
         clock: Callable[[], datetime],
         handing_back: threading.Event,
         webhooks: WebhookOutbox,
+        notices: CallNotices | None = None,
     ) -> None:
         self.store, self.write, self.sandbox, self.webhooks = store, write, sandbox, webhooks
+        #: Who hears what a tool says while it runs, by execution (best effort, not stored).
+        self.notices = notices or CallNotices()
         #: Each principal's tools (the configured ones, and those stored for it).
         self.sources = as_source_book(registry)
         self.policy, self.secrets, self.settings, self.clock = policy, secrets, settings, clock
@@ -408,11 +412,13 @@ class Dispatcher:
         """The tool call as the write path runs it, with the journaled arguments."""
         arguments = call.typed.arguments
         given = arguments if isinstance(arguments, dict) else {}
+        execution_id = ex.typed.id
         return lambda: invoke(
             tool,
             given,
             call_id=call.id,
             principal=ex.typed.principal_id,
             secrets=self.secrets,
+            notify=lambda notice: self.notices.publish(execution_id, notice),
             max_result_bytes=self.settings.max_result_bytes,
         )

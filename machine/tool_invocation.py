@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 
 from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
+from lockgate.machine.tools.call_notices import (
+    CallNotice,
+    Listener,
+    LogNotice,
+    ProgressNotice,
+    nobody,
+)
 from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolOutcomeUnknown
 from lockgate.machine.values import limit_size, to_json
 
@@ -39,6 +46,7 @@ def invoke(
     call_id: str,
     principal: str,
     secrets: SecretStore,
+    notify: Listener = nobody,
     max_result_bytes: int,
 ) -> Dispatched:
     """Run the tool with its secrets resolved now; nothing it returns or raises is kept
@@ -52,7 +60,13 @@ def invoke(
     except MissingSecret as exc:  # a principal's own source: say how it gets one
         return Dispatched(error=f"{exc.message}. {exc.hint}" if owned else exc.message)
     redactor = Redactor(resolved.values())
-    context = ToolContext(idempotency_key=call_id, secrets=resolved, principal_id=principal)
+    context = ToolContext(
+        idempotency_key=call_id,
+        secrets=resolved,
+        principal_id=principal,
+        # What the tool says is scrubbed of its secrets like its answer.
+        notify=lambda notice: notify(_scrubbed(notice, redactor)),
+    )
     try:
         value = tool.call(arguments, context)
     except ToolOutcomeUnknown as exc:
@@ -68,3 +82,10 @@ def invoke(
         return Dispatched(error=f"{UNEXPECTED} ({type(exc).__name__})")
     clean = redactor.redact(to_json(value))
     return Dispatched(value=limit_size(clean, max_result_bytes))
+
+
+def _scrubbed(notice: CallNotice, redactor: Redactor) -> CallNotice:
+    if isinstance(notice, LogNotice):
+        return LogNotice(notice.level, redactor.redact(to_json(notice.data)))
+    message = redactor.redact_text(notice.message) if notice.message is not None else None
+    return ProgressNotice(notice.progress, notice.total, message)

@@ -10,7 +10,7 @@ unknown failure answers a generic internal error and is logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -38,6 +38,7 @@ from lockgate.machine.tools.spec import TaskSupport
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
+from lockgate.server.call_relay import relayed
 from lockgate.server.deciders import client_of
 from lockgate.server.decisions import Agent, Decision
 from lockgate.server.direct_tools import DirectTools
@@ -242,6 +243,15 @@ class LockgateMCP:
                     return asked
         return await self._shape(outcome, mode, direct)
 
+    def _level(self, session_id: str | None) -> Callable[[], Awaitable[str | None]]:
+        """Reads the log level the session's client set (`logging/setLevel`), if any."""
+
+        def read() -> str | None:
+            row = self.runner.runtime.engine.store.sessions.get(session_id) if session_id else None
+            return row.log_level if row is not None else None
+
+        return lambda: to_thread.run_sync(read)
+
     async def _call_direct(
         self,
         ctx: ServerRequestContext[Any],
@@ -258,19 +268,21 @@ class LockgateMCP:
         if support is TaskSupport.REQUIRED and not takes_tasks:
             raise missing_extension()
         as_task = takes_tasks and support is not TaskSupport.FORBIDDEN
-        outcome = await self.runner.execute(
-            principal,
-            self.direct.code(params.name, params.arguments or {}),
-            session_id,
-            request_key(session_id, ctx.request_id)
-            if session_id and ctx.request_id is not None
-            else None,
-            None,
-            budget=(0 if support is TaskSupport.REQUIRED else TASK_AFTER_SECS)
-            if as_task
-            else None,
-            direct_tool=params.name,
-        )
+        async with relayed(ctx, params, self._level(session_id)) as listener:
+            outcome = await self.runner.execute(
+                principal,
+                self.direct.code(params.name, params.arguments or {}),
+                session_id,
+                request_key(session_id, ctx.request_id)
+                if session_id and ctx.request_id is not None
+                else None,
+                None,
+                budget=(0 if support is TaskSupport.REQUIRED else TASK_AFTER_SECS)
+                if as_task
+                else None,
+                direct_tool=params.name,
+                listener=listener,
+            )
         if as_task and (isinstance(outcome, shapes.Running) or not outcome.terminal):
             return await to_thread.run_sync(self.tasks.created, outcome, mode)
         return await self._finish(ctx, principal, outcome, mode, direct=True)
@@ -313,14 +325,16 @@ class LockgateMCP:
                     else None
                 )
                 as_task = answers_with_task(ctx)
-                outcome = await self.runner.execute(
-                    principal,
-                    args.code,
-                    session_id,
-                    origin,
-                    args.idempotency_key,
-                    budget=0 if as_task else None,
-                )
+                async with relayed(ctx, params, self._level(session_id)) as listener:
+                    outcome = await self.runner.execute(
+                        principal,
+                        args.code,
+                        session_id,
+                        origin,
+                        args.idempotency_key,
+                        budget=0 if as_task else None,
+                        listener=listener,
+                    )
                 if as_task:  # stored already: the client polls it with tasks/get
                     return await to_thread.run_sync(self.tasks.created, outcome, mode)
                 return await self._finish(ctx, principal, outcome, mode)

@@ -34,6 +34,7 @@ from lockgate.machine.engine import Action
 from lockgate.machine.execution_errors import LimitReached
 from lockgate.machine.execution_reads import AlreadyStarted
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.tools.call_notices import Listener
 from lockgate.machine.views import ExecutionView
 from lockgate.server.shapes import Running
 from lockgate.spec import ExecutionStatus as E
@@ -194,12 +195,14 @@ class ExecutionRunner:
         *,
         budget: float | None = None,
         direct_tool: str | None = None,
+        listener: Listener | None = None,
     ) -> ExecutionView | Running:
         """Start and run new code; with `idempotency_key`, a call that repeats one which
         already started an execution waits for that execution instead (a retry of a lost
         `execute` is attached to it: no second execution, no limit spent). `budget`: how
         long to wait for an outcome (default: the wait budget; 0 for a task, which answers
-        once the execution is stored)."""
+        once the execution is stored). `listener` hears what its tools say while this waits
+        (`machine.tools.call_notices`)."""
         engine = self.runtime.engine
         self.in_flight.claim(principal)
         try:
@@ -221,9 +224,15 @@ class ExecutionRunner:
         except BaseException:
             self.in_flight.release(principal)
             raise
-        return await self._within_budget(
-            lambda: engine.carry_on(claimed), claimed.id, principal, budget
-        )
+        if listener is None:
+            return await self._within_budget(
+                lambda: engine.carry_on(claimed), claimed.id, principal, budget
+            )
+        # Before the code runs: its first call's notices are heard too.
+        with engine.dispatcher.notices.listening(claimed.id, listener):
+            return await self._within_budget(
+                lambda: engine.carry_on(claimed), claimed.id, principal, budget
+            )
 
     async def resume(
         self,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from lockgate.machine.tools.errors import InvalidToolSource
 from lockgate.machine.tools.http_calls import HttpLimits
@@ -168,3 +170,47 @@ def test_a_tool_s_answer_becomes_mcp_content_by_its_shape() -> None:
         "mimeType": "text/plain",
         "text": "body",
     }
+
+
+def test_what_a_tool_says_while_it_runs_reaches_its_caller_at_the_level_asked(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    server = deployment.start(
+        LOCKGATE_SOURCES_FILE=str(_sources(tmp_path, tmp_path / "effects")),
+        PYTHONPATH=str(ROOT),
+    )
+    [key] = server.printed_keys()
+    said: list[Any] = []
+
+    async def heard(params: types.LoggingMessageNotificationParams) -> None:
+        if params.logger == "lockgate.tools":  # not the session's own notices
+            said.append((params.level, params.data))
+
+    async def scenario() -> None:
+        async with mcp_client(server.url, key, "legacy", logging_callback=heard) as client:
+            progress: list[tuple[float, float | None]] = []
+
+            async def moved(done: float, total: float | None, message: str | None) -> None:
+                progress.append((done, total))
+
+            await client.call_tool("test_tool_with_progress", {}, progress_callback=moved)
+            assert progress == [(0, 100), (50, 100), (100, 100)]
+            await client.call_tool("test_tool_with_logging", {})
+            assert said == [
+                ("info", "Tool execution started"),
+                ("info", "Tool processing data"),
+                ("info", "Tool execution completed"),
+            ]
+            # From code too: the same call through execute is heard the same way.
+            said.clear()
+            await client.call_tool("execute", {"code": "tools.conformance.test_tool_with_logging()"})
+            assert len(said) == 3
+            # A client that asked for warnings and above hears no info. (The SDK warns that
+            # 2026-07-28 drops logging/setLevel; a 2025 session still speaks it.)
+            with pytest.warns(MCPDeprecationWarning):
+                await client.set_logging_level("warning")
+            said.clear()
+            await client.call_tool("test_tool_with_logging", {})
+            assert said == []
+
+    run(scenario())

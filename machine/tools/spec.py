@@ -30,6 +30,13 @@ from pydantic import (
 )
 
 from lockgate.machine.policy import PolicyDecision, normal_condition
+from lockgate.machine.tools.call_notices import (
+    LEVELS,
+    Listener,
+    LogNotice,
+    ProgressNotice,
+    nobody,
+)
 from lockgate.machine.tools.schema import check_schema, property_schemas, schema_validator
 from lockgate.machine.tools.signatures import notes, ordered_parameters, parameter, qualify
 
@@ -227,10 +234,24 @@ class ToolContext:
     idempotency_key: str
     secrets: Mapping[str, str] = field(repr=False)
     principal_id: str
+    #: Where what the tool says while it runs goes (`machine.tools.call_notices`).
+    notify: Listener = field(default=nobody, repr=False)
 
     def __post_init__(self) -> None:
         # A read-only copy: a tool must not be able to change what the next call sees.
         object.__setattr__(self, "secrets", MappingProxyType(dict(self.secrets)))
+
+    def log(self, level: str, data: JsonValue) -> None:
+        """A log message for the client waiting on this call (MCP's levels: `LEVELS`)."""
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+        self.notify(LogNotice(level, data))
+
+    def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """How far the call is, for a client that asked to hear it (its progressToken)."""
+        self.notify(ProgressNotice(progress, total, message))
 
 
 class Tool(Protocol):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pydantic import JsonValue
@@ -64,6 +65,11 @@ NO_ARGUMENTS: dict[str, JsonValue] = {"type": "object", "properties": {}}
 PARAMETERS: dict[str, dict[str, JsonValue]] = {
     "json_schema_2020_12_tool": SCHEMA_2020_12,
     "greet": {"type": "object", "properties": {"name": {"type": "string"}}},
+    "test_header_param": {
+        "type": "object",
+        "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+        "required": ["region"],
+    },
     "slow_compute": {
         "type": "object",
         "properties": {"seconds": {"type": "number", "minimum": 0}, "label": {"type": "string"}},
@@ -132,6 +138,11 @@ ANSWERS: dict[str, tuple[str, Callable[[dict[str, JsonValue]], JsonValue]]] = {
     "slow_compute": ("Compute for `seconds` (a task when long)", _slow),
     "failing_job": ("A job whose tool answers an error (always a task)", _failing),
     "protocol_error_job": ("A job that crashes (always a task)", _broken),
+    # A parameter a balancer can route by: mirrored in an Mcp-Param-Region header (SEP-2243).
+    "test_header_param": (
+        "Tests a parameter carried in an Mcp-Param header too",
+        lambda a: f"region {a.get('region')}",
+    ),
     "json_schema_2020_12_tool": (
         "Tool with JSON Schema 2020-12 features",
         lambda arguments: f"Received: {arguments}",
@@ -146,6 +157,31 @@ class FixtureTool:
 
     def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
         return self.answer(arguments)
+
+
+@dataclass
+class TalkingTool:
+    """A tool that says things while it runs (log messages, progress), ~50 ms apart."""
+
+    spec: ToolSpec
+    steps: Callable[[ToolContext], list[Callable[[], None]]]
+    done: str
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        for number, step in enumerate(self.steps(context)):
+            if number:
+                time.sleep(0.05)
+            step()
+        return self.done
+
+
+def _logging(context: ToolContext) -> list[Callable[[], None]]:
+    said = ("Tool execution started", "Tool processing data", "Tool execution completed")
+    return [partial(context.log, "info", text) for text in said]
+
+
+def _progress(context: ToolContext) -> list[Callable[[], None]]:
+    return [partial(context.progress, done, 100) for done in (0, 50, 100)]
 
 
 CONFIRM_DELETE = ToolSpec(
@@ -197,6 +233,19 @@ class ConformanceSource:
             for name, (description, answer) in ANSWERS.items()
         ]
         self._tools.append(ConfirmDelete(Path(effects) if effects else None))
+        for name, steps, done in (
+            ("test_tool_with_logging", _logging, "Logged three messages."),
+            ("test_tool_with_progress", _progress, "Reported progress to 100 of 100."),
+        ):
+            spec = ToolSpec(
+                source=SOURCE,
+                name=name,
+                description=f"Tests {name.removeprefix('test_tool_with_')} during a call",
+                parameters=NO_ARGUMENTS,
+                idempotent=True,
+                default_policy=PolicyDecision.APPROVE,
+            )
+            self._tools.append(TalkingTool(spec, steps, done))
 
     def tools(self) -> Sequence[Tool]:
         return self._tools

@@ -1,0 +1,87 @@
+"""What a tool says while a request waits on its execution, relayed to that request's client:
+log messages as `notifications/message`, at the level the session asked for (a 2025 session's
+is kept on its row by `logging/setLevel`; a 2026-07-28 request asks in its own `_meta`, which
+the SDK honours), and progress as `notifications/progress` when the request carried a
+`progressToken`. Best effort, as MCP's notifications are (`machine.tools.call_notices`).
+
+The tool runs on a worker thread; its notices cross to the event loop in order, through one
+queue that a single task drains, and the request answers only once the queue is empty, so a
+client hears every notice before the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import ServerRequestContext
+
+from lockgate.machine.tools.call_notices import LEVELS, CallNotice, Listener, LogNotice
+from lockgate.server.input_required import STATELESS
+
+log = logging.getLogger("lockgate.mcp")
+
+#: How long the answer waits for notices still being sent once the call is over.
+DRAIN_SECS = 5.0
+
+
+def _wanted(level: str, floor: str | None) -> bool:
+    return floor not in LEVELS or LEVELS.index(level) >= LEVELS.index(floor)
+
+
+@asynccontextmanager
+async def relayed(
+    ctx: ServerRequestContext[Any],
+    params: types.CallToolRequestParams,
+    session_level: Callable[[], Awaitable[str | None]],
+) -> AsyncIterator[Listener]:
+    """A listener for the execution this request waits on; `session_level` reads the
+    session's log level (once, on a 2025 session)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[CallNotice | None] = asyncio.Queue()
+    token = (params.meta or {}).get("progress_token")
+    # 2026-07-28 has no session level: the SDK applies the request's own.
+    floor = await session_level() if ctx.protocol_version < STATELESS else None
+
+    async def send(notice: CallNotice) -> None:
+        if isinstance(notice, LogNotice):
+            if _wanted(notice.level, floor):
+                await ctx.session.send_log_message(
+                    level=notice.level,  # type: ignore[arg-type]  # checked: one of LEVELS
+                    data=notice.data,
+                    logger="lockgate.tools",
+                    related_request_id=ctx.request_id,
+                )
+        elif token is not None:
+            await ctx.session.send_progress_notification(
+                token,
+                notice.progress,
+                notice.total,
+                notice.message,
+                related_request_id=str(ctx.request_id),
+            )
+
+    async def drain() -> None:
+        while (notice := await queue.get()) is not None:
+            try:
+                await send(notice)
+            except Exception as exc:  # a client gone: the call goes on regardless
+                log.info("a tool's notice was not delivered (%s)", type(exc).__name__)
+
+    def listener(notice: CallNotice) -> None:  # on the tool's thread
+        loop.call_soon_threadsafe(queue.put_nowait, notice)
+
+    sender = asyncio.create_task(drain())
+    try:
+        yield listener
+    finally:
+        # After every notice the call made (each was queued before the call returned).
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+        with anyio.move_on_after(DRAIN_SECS):
+            await asyncio.shield(sender)
+        sender.cancel()
