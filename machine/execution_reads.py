@@ -5,6 +5,7 @@ queries (the counts through the live partial index, so they cost what is live).
 
 from __future__ import annotations
 
+from lockgate.machine.db.execution_queries import TaskLine
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.execution_errors import ExecutionNotFound, IdempotencyKeyReused
@@ -38,6 +39,20 @@ class ExecutionReads:
             # answer must not tell whether someone else's execution exists.
             raise ExecutionNotFound(execution_id=execution_id)
         return row
+
+    def page(
+        self, principal_id: str, limit: int, after: str | None = None
+    ) -> tuple[list[TaskLine], str | None]:
+        """The principal's executions, newest first, `limit` at most after the execution
+        `after` (another principal's, or none: ExecutionNotFound); and the id to ask the
+        next page after, if there may be one."""
+        since = None
+        if after is not None:
+            last = self.owned(after, principal_id)
+            since = (last.created_at, last.id)
+        lines = self.store.executions.page_of(principal_id, limit + 1, since)
+        more = len(lines) > limit
+        return lines[:limit], (lines[limit - 1].id if more else None)
 
     def live_counts(
         self, *, session_id: str | None = None, principal_id: str | None = None

@@ -10,13 +10,14 @@ unknown failure answers a generic internal error and is logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import mcp_types as types
 from anyio import to_thread
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -43,6 +44,13 @@ from lockgate.server.deciders import client_of
 from lockgate.server.decisions import Agent, Decision
 from lockgate.server.direct_tools import DirectTools
 from lockgate.server.direct_tools import answer as direct_answer
+from lockgate.server.experimental_tasks import (
+    ExperimentalTasks,
+    TasksServer,
+    asks_for_task,
+    legacy,
+    task_refused,
+)
 from lockgate.server.input_required import APPROVAL, InputRequiredDoor
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
@@ -138,7 +146,7 @@ class LockgateMCP:
         self.native = NativeDoor(runner, self.decisions)
         #: In `native` mode on 2026-07-28: the person's answer comes with the client's retry.
         self.input_required = InputRequiredDoor(self.decisions, self.approval_url)
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = TasksServer(
             "lockgate", version="0.1.0", on_list_tools=self.list_tools
         )
         # Registered by method rather than `on_call_tool`: an answer may be a task, a
@@ -152,8 +160,16 @@ class LockgateMCP:
             "logging/setLevel", types.SetLevelRequestParams, self.set_log_level
         )
         #: The tasks extension: `execute` as a durable task, polled with tasks/get.
-        self.tasks = Tasks(runner, self.modes, self.approval_url, self.decisions)
+        #: 2025-11-25's tasks, on 2025 sessions (tools/call with `task`, tasks/result...).
+        self.legacy_tasks = ExperimentalTasks(
+            runner, self.modes, self.approval_url, self.native, self.decisions
+        )
+        self.legacy_tasks.install(self.server)
+        self.tasks = Tasks(runner, self.modes, self.approval_url, self.decisions, self.legacy_tasks)
         self.tasks.install(self.server)
+        # A 2025 session's call that asks for a task answers 2025-11-25's CreateTaskResult,
+        # which the SDK's result check for 2025 (a CallToolResult) would refuse.
+        self.server.middleware.append(self._calls_as_2025_tasks)
         # Seals the retry's `requestState` under keys every instance shares, bound to the
         # request and the principal, for as long as an approval can wait.
         self.server.middleware.append(
@@ -166,6 +182,23 @@ class LockgateMCP:
                 default_audience="lockgate",
             )
         )
+
+    async def _calls_as_2025_tasks(
+        self, ctx: ServerRequestContext[Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Answers a 2025 session's `tools/call` that asks for a task here, not through the
+        SDK's handler chain, whose 2025 result check knows no CreateTaskResult (the SDK
+        trusts a middleware's own answer); any other request goes on as it came."""
+        raw = ctx.params
+        if ctx.method != "tools/call" or not legacy(ctx) or not isinstance(raw, Mapping):
+            return await call_next(ctx)
+        if raw.get("task") is None:
+            return await call_next(ctx)
+        try:
+            params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+        except ValidationError:
+            return await call_next(ctx)  # refused by the SDK, in its words
+        return await self.call_tool(ctx, params)
 
     async def set_log_level(
         self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
@@ -264,10 +297,18 @@ class LockgateMCP:
         (stored before the answer) where the tool and the client allow one and the call does
         not finish at once."""
         support = self.direct.specs[params.name].task_support
-        takes_tasks = answers_with_task(ctx)
-        if support is TaskSupport.REQUIRED and not takes_tasks:
-            raise missing_extension()
-        as_task = takes_tasks and support is not TaskSupport.FORBIDDEN
+        if legacy(ctx):  # 2025-11-25: the client asks for a task, as the tool allows
+            takes_tasks = asks_for_task(ctx, params)
+            if (takes_tasks and support is TaskSupport.FORBIDDEN) or (
+                not takes_tasks and support is TaskSupport.REQUIRED
+            ):
+                raise task_refused(params.name, support)
+            as_task = takes_tasks
+        else:  # the extension: the server decides, where the client takes tasks at all
+            takes_tasks = answers_with_task(ctx)
+            if support is TaskSupport.REQUIRED and not takes_tasks:
+                raise missing_extension()
+            as_task = takes_tasks and support is not TaskSupport.FORBIDDEN
         async with relayed(ctx, params, self._level(session_id)) as listener:
             outcome = await self.runner.execute(
                 principal,
@@ -277,12 +318,17 @@ class LockgateMCP:
                 if session_id and ctx.request_id is not None
                 else None,
                 None,
-                budget=(0 if support is TaskSupport.REQUIRED else TASK_AFTER_SECS)
+                # A task asked for (2025), or always one: stored, then answered at once.
+                budget=(
+                    0 if legacy(ctx) or support is TaskSupport.REQUIRED else TASK_AFTER_SECS
+                )
                 if as_task
                 else None,
                 direct_tool=params.name,
                 listener=listener,
             )
+        if legacy(ctx) and as_task:  # asked for: a task however quick the call was
+            return await to_thread.run_sync(self.legacy_tasks.created, outcome, mode)
         if as_task and (isinstance(outcome, shapes.Running) or not outcome.terminal):
             return await to_thread.run_sync(self.tasks.created, outcome, mode)
         return await self._finish(ctx, principal, outcome, mode, direct=True)
@@ -324,7 +370,7 @@ class LockgateMCP:
                     if session_id and ctx.request_id is not None
                     else None
                 )
-                as_task = answers_with_task(ctx)
+                as_task = answers_with_task(ctx) or asks_for_task(ctx, params)
                 async with relayed(ctx, params, self._level(session_id)) as listener:
                     outcome = await self.runner.execute(
                         principal,
@@ -336,8 +382,11 @@ class LockgateMCP:
                         listener=listener,
                     )
                 if as_task:  # stored already: the client polls it with tasks/get
-                    return await to_thread.run_sync(self.tasks.created, outcome, mode)
+                    made = self.legacy_tasks if legacy(ctx) else self.tasks
+                    return await to_thread.run_sync(made.created, outcome, mode)
                 return await self._finish(ctx, principal, outcome, mode)
+            if asks_for_task(ctx, params) and params.name != "execute" and not direct:
+                raise task_refused(params.name, TaskSupport.FORBIDDEN)
             if params.name == "resume":
                 resume = ResumeArguments.model_validate(arguments)
                 execution_id = resume.execution_id

@@ -20,11 +20,12 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
+from mcp.shared.message import ServerMessageMetadata
 from pydantic import JsonValue
 
 from lockgate.machine.approval_audit import Door
@@ -101,6 +102,27 @@ def prompt(view: ExecutionView, page: str | None) -> str:
     )
 
 
+#: The `_meta` key naming the task a message belongs to (2025-11-25 tasks).
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+async def _elicit(
+    ctx: ServerRequestContext[Any],
+    params: types.ElicitRequestFormParams | types.ElicitRequestURLParams,
+    related_task: str | None,
+) -> types.ElicitResult:
+    """An `elicitation/create` on this request's stream (the SDK's `elicit_form` and
+    `elicit_url`, with the related task in its `_meta` when there is one)."""
+    if related_task is not None:
+        # An open map (`extra_items=Any`) whose reserved keys mypy cannot spell.
+        params.meta = cast(types.RequestParamsMeta, {RELATED_TASK: {"taskId": related_task}})
+    return await ctx.session.send_request(
+        types.ElicitRequest(params=params),
+        types.ElicitResult,
+        metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+    )
+
+
 class NativeDoor:
     def __init__(
         self,
@@ -136,9 +158,12 @@ class NativeDoor:
         principal: str,
         outcome: ExecutionView | Running,
         page: Callable[[ExecutionView], str | None],
+        *,
+        related_task: str | None = None,
     ) -> ExecutionView | Running:
         """Ask the client's person about each call the execution waits on, in turn: in a
-        form, or on the call's approval page (`page`: its URL) for a URL-mode client."""
+        form, or on the call's approval page (`page`: its URL) for a URL-mode client. With
+        `related_task`, each question names the task it belongs to (2025-11-25 tasks)."""
         if not self.can_ask(ctx):
             return outcome
         by_url = self._by_url(ctx)
@@ -146,9 +171,9 @@ class NativeDoor:
             if not isinstance(outcome, ExecutionView) or outcome.pending is None:
                 return outcome
             if by_url:
-                decided = await self._ask_on_page(ctx, principal, outcome, page)
+                decided = await self._ask_on_page(ctx, principal, outcome, page, related_task)
             else:
-                decided = await self._ask_in_form(ctx, principal, outcome, page)
+                decided = await self._ask_in_form(ctx, principal, outcome, page, related_task)
             if decided is None:
                 return outcome  # unanswered: paused as it was, for the other doors
             outcome = decided
@@ -160,6 +185,7 @@ class NativeDoor:
         principal: str,
         view: ExecutionView,
         page: Callable[[ExecutionView], str | None],
+        related_task: str | None,
     ) -> ExecutionView | Running | None:
         """URL mode: the client sends its person to the call's page; the person's decision
         there (any door, really: the page, the inbox, a `resume` from elsewhere) ends the
@@ -171,8 +197,12 @@ class NativeDoor:
         elicitation = f"{view.id}:{view.pending.seq}"
         try:
             with anyio.fail_after(self._seconds_left(view)):
-                answer = await ctx.session.elicit_url(
-                    prompt(view, url), url, elicitation, related_request_id=ctx.request_id
+                answer = await _elicit(
+                    ctx,
+                    types.ElicitRequestURLParams(
+                        message=prompt(view, url), url=url, elicitation_id=elicitation
+                    ),
+                    related_task,
                 )
                 if answer.action != "accept":
                     return None  # the person would not open the page: nobody decided
@@ -208,12 +238,17 @@ class NativeDoor:
         principal: str,
         view: ExecutionView,
         page: Callable[[ExecutionView], str | None],
+        related_task: str | None,
     ) -> ExecutionView | Running | None:
         assert view.pending is not None
         try:
             with anyio.fail_after(self._seconds_left(view)):
-                answer = await ctx.session.elicit_form(
-                    prompt(view, page(view)), DECISION_FORM, related_request_id=ctx.request_id
+                answer = await _elicit(
+                    ctx,
+                    types.ElicitRequestFormParams(
+                        message=prompt(view, page(view)), requested_schema=DECISION_FORM
+                    ),
+                    related_task,
                 )
         except Exception as exc:  # gone, refused or too late: the execution stays paused
             log.info("execution %s: the client's prompt got no answer (%s)", view.id, exc)

@@ -43,6 +43,7 @@ from lockgate.server.deciders import client_of
 from lockgate.server.decisions import ClientPrompt, Decision, Decisions
 from lockgate.server.direct_tools import answer as direct_answer
 from lockgate.server.direct_tools import internal_error
+from lockgate.server.experimental_tasks import ExperimentalTasks, legacy
 from lockgate.server.input_required import STATELESS
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.runner import ExecutionRunner
@@ -103,9 +104,12 @@ class Tasks:
         modes: ApprovalModes,
         approval_url: Any,
         decisions: Decisions,
+        legacy_tasks: ExperimentalTasks,
     ) -> None:
         self.runner, self.modes, self.approval_url = runner, modes, approval_url
         self.decisions = decisions
+        #: A 2025 session's tasks/get and tasks/cancel speak 2025-11-25's tasks.
+        self.legacy_tasks = legacy_tasks
         self.ttl: timedelta = runner.runtime.settings.task_ttl
 
     def install(self, server: Server[Any]) -> None:
@@ -181,6 +185,8 @@ class Tasks:
         return await to_thread.run_sync(self._view, task_id, principal, now)
 
     async def get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        if legacy(ctx):
+            return await self.legacy_tasks.get(ctx, params)
         view = await self._read(ctx, params.task_id)
         mode = self.modes.for_principal(view.principal_id)
         task = self._task(view, mode)
@@ -209,6 +215,12 @@ class Tasks:
     async def update(
         self, ctx: ServerRequestContext[Any], params: TaskUpdateParams
     ) -> dict[str, Any]:
+        if legacy(ctx):
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND,
+                message="tasks/update is the 2026-07-28 extension's: on a 2025 session, "
+                "call tasks/result to be asked for the task's input.",
+            )
         view = await self._read(ctx, params.task_id)
         mode = self.modes.for_principal(view.principal_id)
         if view.pending is None or self._status(view, mode) is not TaskStatus.INPUT_REQUIRED:
@@ -231,6 +243,8 @@ class Tasks:
         return {"resultType": "complete"}
 
     async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        if legacy(ctx):
+            return await self.legacy_tasks.cancel(ctx, params)
         view = await self._read(ctx, params.task_id)
         if view.status == E.WAITING_FOR_INTERACTION:
             # Decided meanwhile: cancellation is cooperative.

@@ -197,6 +197,8 @@ def tool_list(
                 "required": ["code"],
                 "additionalProperties": False,
             },
+            # A 2025-11-25 client may ask for a task (the 2026 extension needs no hint).
+            execution=types.ToolExecution(task_support="optional"),
         ),
         types.Tool(
             name="resume",

@@ -188,13 +188,13 @@ def test_what_a_tool_says_while_it_runs_reaches_its_caller_at_the_level_asked(
 
     async def scenario() -> None:
         async with mcp_client(server.url, key, "legacy", logging_callback=heard) as client:
-            progress: list[tuple[float, float | None]] = []
+            heard_progress: list[tuple[float, float | None]] = []
 
-            async def moved(done: float, total: float | None, message: str | None) -> None:
-                progress.append((done, total))
+            async def moved(progress: float, total: float | None, message: str | None) -> None:
+                heard_progress.append((progress, total))
 
             await client.call_tool("test_tool_with_progress", {}, progress_callback=moved)
-            assert progress == [(0, 100), (50, 100), (100, 100)]
+            assert heard_progress == [(0, 100), (50, 100), (100, 100)]
             await client.call_tool("test_tool_with_logging", {})
             assert said == [
                 ("info", "Tool execution started"),
@@ -203,7 +203,9 @@ def test_what_a_tool_says_while_it_runs_reaches_its_caller_at_the_level_asked(
             ]
             # From code too: the same call through execute is heard the same way.
             said.clear()
-            await client.call_tool("execute", {"code": "tools.conformance.test_tool_with_logging()"})
+            await client.call_tool(
+                "execute", {"code": "tools.conformance.test_tool_with_logging()"}
+            )
             assert len(said) == 3
             # A client that asked for warnings and above hears no info. (The SDK warns that
             # 2026-07-28 drops logging/setLevel; a 2025 session still speaks it.)

@@ -14,7 +14,7 @@ from functools import cache
 from typing import NamedTuple
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, Select, bindparam, case, text
+from sqlalchemy import Connection, Select, and_, bindparam, case, or_, text
 from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 
@@ -31,6 +31,15 @@ class CallLine(NamedTuple):
     status: str
     #: Only for the call the execution is paused on: None for every other.
     arguments_preview: JsonValue
+
+
+class TaskLine(NamedTuple):
+    """One execution as a listing of tasks shows it."""
+
+    id: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
 
 
 @cache
@@ -196,6 +205,27 @@ class ExecutionQueries(Queries):
         with self._reads.connect() as conn:
             (count,) = conn.execute(_paused_count(), {"principal_id": principal_id}).one()
         return int(count)
+
+    def page_of(
+        self, principal_id: str, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[TaskLine]:
+        """The principal's executions, newest first, `limit` of them after `after` (the
+        creation time and id of the last one of the page before): what a task listing
+        shows of each, never its blobs (index `ix_executions_principal`)."""
+        query = select(
+            Execution.id, Execution.status, Execution.created_at, Execution.updated_at
+        ).where(Execution.principal_id == principal_id)
+        if after is not None:
+            created, execution_id = after
+            query = query.where(
+                or_(
+                    col(Execution.created_at) < created,
+                    and_(col(Execution.created_at) == created, col(Execution.id) < execution_id),
+                )
+            )
+        query = query.order_by(col(Execution.created_at).desc(), col(Execution.id).desc())
+        with self._session() as s:
+            return [TaskLine(*line) for line in s.exec(query.limit(limit))]
 
     def calls(self, execution_id: str) -> list[ToolCall]:
         """The execution's journal, in call order (the latest call last): what recovery
