@@ -7,43 +7,21 @@ JSON-RPC error (`failed`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 
-from tests.support.conformance_suite import ROOT
-from tests.support.server_deployment import Deployment, make_deployment
+from tests.support.direct_servers import direct_settings, sqlite_deployment_fixture  # noqa: F401
+from tests.support.server_deployment import Deployment
 from tests.support.tasks_client import TasksClient
 from tests.test_tasks import acked, poll
 
-FACTORY = "tests.support.conformance_tools:make_source"
-
-
-@pytest.fixture(name="deployment")
-def deployment_fixture(tmp_path: Path) -> Iterator[Deployment]:
-    made = make_deployment(f"sqlite:///{tmp_path / 'lockgate.db'}", tmp_path)
-    try:
-        yield made
-    finally:
-        made.stop_all()
-
 
 def _settings(folder: Path, effects: Path) -> dict[str, str]:
-    sources = folder / "sources.toml"
-    sources.write_text(
-        f'[[python]]\nfactory = "{FACTORY}"\nexpose = "direct"\n'
-        f'options = {{ effects = "{effects}" }}\n'
-    )
     # `native`: the person answers in the client (Claude Code's own prompt), as a task's
     # input request; the agent's key alone decides nothing.
-    return {
-        "LOCKGATE_SOURCES_FILE": str(sources),
-        "PYTHONPATH": str(ROOT),
-        "LOCKGATE_APPROVAL_MODE": "native",
-    }
+    return direct_settings(folder, effects, LOCKGATE_APPROVAL_MODE="native")
 
 
 def _call(client: TasksClient, tool: str, arguments: dict[str, Any]) -> Any:
@@ -121,9 +99,10 @@ def test_what_a_tool_says_of_tasks_decides_how_its_call_answers(
         plain = TasksClient(http, server.url, key, declare=False)
         refused = _call(plain, "failing_job", {})
         assert refused["error"]["code"] == -32021, refused
-        assert "io.modelcontextprotocol/tasks" in refused["error"]["data"]["requiredCapabilities"][
-            "extensions"
-        ]
+        assert (
+            "io.modelcontextprotocol/tasks"
+            in refused["error"]["data"]["requiredCapabilities"]["extensions"]
+        )
         # Another principal's task is as unknown as a made-up one.
         other = deployment.create_key("mallory").secret
         stranger = TasksClient(http, server.url, other)

@@ -5,7 +5,6 @@ in both protocol eras, and across a SIGKILL while a call waits for approval."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +17,15 @@ from lockgate.machine.tools.http_calls import HttpLimits
 from lockgate.machine.tools.registry import ToolRegistry
 from lockgate.machine.tools.source_file import load_sources
 from lockgate.server.direct_tools import DirectTools, result_of
-from tests.support.conformance_suite import ROOT
 from tests.support.conformance_tools import IMAGE, SCHEMA_2020_12, make_source
+from tests.support.direct_servers import (  # noqa: F401  (fixture)
+    FACTORY,
+    direct_settings,
+    sqlite_deployment_fixture,
+)
 from tests.support.greeter_plugin import make_source as make_greeter
 from tests.support.mcp_calls import MODES, mcp_client, run, settle, structured, text_of
-from tests.support.server_deployment import Deployment, make_deployment
-
-FACTORY = "tests.support.conformance_tools:make_source"
-
-
-@pytest.fixture(name="deployment")
-def deployment_fixture(tmp_path: Path) -> Iterator[Deployment]:
-    """Direct tools are the server's listing and answers: SQLite is enough."""
-    made = make_deployment(f"sqlite:///{tmp_path / 'lockgate.db'}", tmp_path)
-    try:
-        yield made
-    finally:
-        made.stop_all()
-
-
-def _sources(folder: Path, effects: Path) -> Path:
-    path = folder / "sources.toml"
-    path.write_text(
-        f'[[python]]\nfactory = "{FACTORY}"\nexpose = "direct"\n'
-        f'options = {{ effects = "{effects}" }}\n'
-    )
-    return path
+from tests.support.server_deployment import Deployment
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -51,8 +33,7 @@ def test_a_directly_exposed_source_s_tools_are_listed_and_answer_as_mcp_content(
     deployment: Deployment, tmp_path: Path, mode: str
 ) -> None:
     server = deployment.start(
-        LOCKGATE_SOURCES_FILE=str(_sources(tmp_path, tmp_path / "effects")),
-        PYTHONPATH=str(ROOT),
+        **direct_settings(tmp_path, tmp_path / "effects"),
     )
     [key] = server.printed_keys()
 
@@ -87,10 +68,7 @@ def test_a_direct_call_that_needs_approval_waits_durably_and_is_made_once(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     effects = tmp_path / "effects"
-    settings = {
-        "LOCKGATE_SOURCES_FILE": str(_sources(tmp_path, effects)),
-        "PYTHONPATH": str(ROOT),
-    }
+    settings = direct_settings(tmp_path, effects)
     server = deployment.start(**settings)
     [key] = server.printed_keys()
 
@@ -176,8 +154,7 @@ def test_what_a_tool_says_while_it_runs_reaches_its_caller_at_the_level_asked(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     server = deployment.start(
-        LOCKGATE_SOURCES_FILE=str(_sources(tmp_path, tmp_path / "effects")),
-        PYTHONPATH=str(ROOT),
+        **direct_settings(tmp_path, tmp_path / "effects"),
     )
     [key] = server.printed_keys()
     said: list[Any] = []

@@ -10,41 +10,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.support.conformance_suite import ROOT
-from tests.support.server_deployment import Deployment, make_deployment
+from tests.support.direct_servers import direct_settings, sqlite_deployment_fixture  # noqa: F401
+from tests.support.server_deployment import Deployment
 from tests.support.tasks_client import TasksClient
 from tests.support.typescript_sdk import TS_CLIENT, ts_sdk_fixture  # noqa: F401  (fixture)
 
-FACTORY = "tests.support.conformance_tools:make_source"
-
-
-@pytest.fixture(name="deployment")
-def deployment_fixture(tmp_path: Path) -> Iterator[Deployment]:
-    made = make_deployment(f"sqlite:///{tmp_path / 'lockgate.db'}", tmp_path)
-    try:
-        yield made
-    finally:
-        made.stop_all()
-
 
 def _settings(folder: Path, effects: Path) -> dict[str, str]:
-    sources = folder / "sources.toml"
-    sources.write_text(
-        f'[[python]]\nfactory = "{FACTORY}"\nexpose = "direct"\n'
-        f'options = {{ effects = "{effects}" }}\n'
-    )
-    return {
-        "LOCKGATE_SOURCES_FILE": str(sources),
-        "PYTHONPATH": str(ROOT),
-        "LOCKGATE_APPROVAL_MODE": "native",  # the client's person decides
-    }
+    return direct_settings(folder, effects, LOCKGATE_APPROVAL_MODE="native")  # its person decides
 
 
 def ts_tasks(sdk: Path, url: str, key: str, step: str, argument: dict[str, Any]) -> list[Any]:
@@ -95,9 +74,7 @@ def test_a_2025_task_waits_for_approval_across_a_sigkill_and_asks_on_tasks_resul
     *prompts, result = ts_tasks(ts_sdk, again.url, key, "result", {"taskId": task_id})
     [prompt] = prompts
     assert prompt["event"] == "prompt"
-    assert prompt["params"]["_meta"]["io.modelcontextprotocol/related-task"] == {
-        "taskId": task_id
-    }
+    assert prompt["params"]["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
     assert "confirm_delete" in prompt["params"]["message"]
     assert result["event"] == "result", result
     answer = result["result"]
@@ -136,7 +113,7 @@ def test_the_sdk_s_task_stream_and_what_each_tool_allows(
     failed_id = made["result"]["task"]["taskId"]
     [result] = ts_tasks(ts_sdk, server.url, key, "result", {"taskId": failed_id})
     assert result["result"]["isError"] is True, result
-    [listed, newest] = ts_tasks(ts_sdk, server.url, key, "list", {})
+    [_, newest] = ts_tasks(ts_sdk, server.url, key, "list", {})
     assert newest["result"]["taskId"] == failed_id
     assert newest["result"]["status"] == "failed", newest
 

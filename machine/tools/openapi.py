@@ -46,7 +46,7 @@ from lockgate.machine.tools.openapi_operations import (
     Parameter,
     to_json_schema,
 )
-from lockgate.machine.tools.spec import ToolContext, ToolSpec, identifier
+from lockgate.machine.tools.spec import TaskSupport, ToolContext, ToolSpec, identifier
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READS = frozenset({"get", "head", "options"})
@@ -256,7 +256,13 @@ class OpenApiSource:
             OpenApiOperation(
                 source,
                 ToolSpec.model_construct(
-                    **{**op.spec, "default_policy": PolicyDecision(str(op.spec["default_policy"]))},
+                    **{
+                        **op.spec,
+                        # Enums come back from JSON as their values (an older catalogue has
+                        # no task support: the default then).
+                        "default_policy": PolicyDecision(str(op.spec["default_policy"])),
+                        "task_support": TaskSupport(str(op.spec.get("task_support", "optional"))),
+                    },
                     source=name,
                     secrets=secrets,
                 ),

@@ -20,10 +20,12 @@ branch_labels = None
 depends_on = None
 
 
+# No batch mode (as 0008): on SQLite it rebuilds `executions`, which tool calls point at.
+
+
 def upgrade() -> None:
     op.add_column("executions", sa.Column("direct_tool", sa.String(length=128), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("executions", schema=None) as batch_op:
-        batch_op.drop_column("direct_tool")
+    op.drop_column("executions", "direct_tool")
