@@ -45,9 +45,13 @@ def suite() -> Path:
     return folder / "dist" / "index.js"
 
 
-def run_suite(url: str, output: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Every server scenario (`--suite all`: both protocol eras, each at its own wire) against
-    the MCP endpoint `url`, judged against the baseline; results kept under `output`."""
+def run_suite(
+    url: str, output: Path, scenario: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Every server scenario (`--suite all`: both protocol eras, each at its own wire), or
+    only `scenario`, against the MCP endpoint `url`, judged against the baseline; results
+    kept under `output`."""
+    chosen = ["--scenario", scenario] if scenario is not None else ["--suite", "all"]
     return subprocess.run(
         [
             str(NODE),
@@ -55,13 +59,11 @@ def run_suite(url: str, output: Path, *args: str) -> subprocess.CompletedProcess
             "server",
             "--url",
             url,
-            "--suite",
-            "all",
+            *chosen,
             "--expected-failures",
             str(BASELINE),
             "--output-dir",
             str(output),
-            *args,
         ],
         capture_output=True,
         text=True,

@@ -10,10 +10,11 @@ one header added and the rest untouched; it is a test fixture, never part of the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
 import httpx2
+from anyio import to_thread
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -38,8 +39,16 @@ _HOP = {
 }
 
 
-def _app(upstream: str, key: str) -> Starlette:
+#: Called with each request's body before it is forwarded (in a worker thread: it may
+#: block, say to SIGKILL and restart the server behind the proxy).
+BeforeForward = Callable[[bytes], None]
+
+
+def _app(upstream: str, key: str, before: BeforeForward | None) -> Starlette:
     async def forward(request: Request) -> StreamingResponse:
+        content = await request.body()
+        if before is not None:
+            await to_thread.run_sync(before, content)
         # A client per request, closed with its answer: nothing is left open at the end.
         client = httpx2.AsyncClient(base_url=upstream, timeout=httpx2.Timeout(None))
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
@@ -50,7 +59,7 @@ def _app(upstream: str, key: str) -> Starlette:
             request.url.path,
             params=request.url.query,
             headers=headers,
-            content=await request.body(),
+            content=content,
         )
         try:
             answer = await client.send(sent, stream=True)
@@ -78,9 +87,10 @@ def _app(upstream: str, key: str) -> Starlette:
 
 
 @contextmanager
-def key_proxy(upstream: str, key: str) -> Iterator[str]:
-    """A proxy to `upstream` (a base URL) adding `key`, on loopback; yields its base URL."""
-    serving = serve_in_thread(_app(upstream, key), "key proxy")
+def key_proxy(upstream: str, key: str, before: BeforeForward | None = None) -> Iterator[str]:
+    """A proxy to `upstream` (a base URL) adding `key`, on loopback; yields its base URL.
+    `before` sees each request's body first."""
+    serving = serve_in_thread(_app(upstream, key, before), "key proxy")
     port = next(serving)
     try:
         yield f"http://127.0.0.1:{port}"
