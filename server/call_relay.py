@@ -41,16 +41,23 @@ async def relayed(
     session_level: Callable[[], Awaitable[str | None]],
 ) -> AsyncIterator[Listener]:
     """A listener for the execution this request waits on; `session_level` reads the
-    session's log level (once, on a 2025 session)."""
+    session's log level (on a 2025 session, at its first log message: a call that says
+    nothing costs no read)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[CallNotice | None] = asyncio.Queue()
     token = (params.meta or {}).get("progress_token")
-    # 2026-07-28 has no session level: the SDK applies the request's own.
-    floor = await session_level() if ctx.protocol_version < STATELESS else None
+    floor: list[str | None] = []  # read once, when first needed
+
+    async def wanted(level: str) -> bool:
+        if not floor:
+            # 2026-07-28 has no session level: the SDK applies the request's own.
+            legacy = ctx.protocol_version < STATELESS
+            floor.append(await session_level() if legacy else None)
+        return _wanted(level, floor[0])
 
     async def send(notice: CallNotice) -> None:
         if isinstance(notice, LogNotice):
-            if _wanted(notice.level, floor):
+            if await wanted(notice.level):
                 await ctx.session.send_log_message(
                     level=notice.level,  # type: ignore[arg-type]  # checked: one of LEVELS
                     data=notice.data,
