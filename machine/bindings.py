@@ -91,6 +91,36 @@ def _record_grant_cover(f: Facts) -> dict[str, object]:
     return {"decision": f.given["decision"], "decided_at": f.now}
 
 
+def _store_questions(f: Facts) -> dict[str, object]:
+    """The tool's new questions; the answers given in earlier rounds are kept (the call is
+    made again with all of them)."""
+    kept = f.record.get("input")
+    answers = kept.get("answers", {}) if isinstance(kept, dict) else {}
+    return {
+        "input": {
+            "asked": f.require("asked"),
+            "answers": answers,
+            "before_task": bool(f.given.get("before_task", False)),
+        }
+    }
+
+
+def _store_answers(f: Facts) -> dict[str, object]:
+    """The answers that arrived, added to those stored (checked by the caller)."""
+    kept = f.record.get("input")
+    stored = dict(kept) if isinstance(kept, dict) else {}
+    answers = stored.get("answers")
+    merged = {**(answers if isinstance(answers, dict) else {}), **dict(_mapping(f, "answers"))}
+    return {"input": {**stored, "answers": merged}}
+
+
+def _mapping(f: Facts, key: str) -> Mapping[str, object]:
+    value = f.require(key)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"the fact {key!r} must be a mapping")
+    return value
+
+
 def _delivery_due(f: Facts) -> bool:
     due = f.record.get("next_attempt_at")
     return isinstance(due, datetime) and f.now >= due
@@ -177,6 +207,8 @@ BINDINGS: Mapping[str, MachineBindings] = {
             "record_decision": _record_decision,
             "record_grant_cover": _record_grant_cover,
             "store_result": _copy("result"),
+            "store_questions": _store_questions,
+            "store_answers": _store_answers,
         },
     ),
     "session": MachineBindings(

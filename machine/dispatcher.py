@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import JsonValue
@@ -25,6 +24,7 @@ from lockgate.machine.approval_grants import covering
 from lockgate.machine.call_outcomes import REFUSED as REFUSED
 from lockgate.machine.call_outcomes import Action as Action
 from lockgate.machine.call_outcomes import arguments_too_large, settled_outcome
+from lockgate.machine.call_pauses import CallPauses, Opening
 from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
@@ -51,6 +51,7 @@ from lockgate.machine.source_book import SourceBook, as_source_book
 from lockgate.machine.storage import StorageBudget
 from lockgate.machine.tool_invocation import Dispatched, invoke
 from lockgate.machine.tools.call_notices import CallNotices
+from lockgate.machine.tools.questions import stored_answers
 from lockgate.machine.tools.registry import (
     InvalidArguments,
     Tool,
@@ -78,24 +79,6 @@ _ONE = {"attempts": 1}
 #: next one commits them first (with a checkpoint that keeps the last snapshot). Each entry
 #: holds a result of at most `max_result_bytes`: 4 MiB an execution at the defaults.
 MAX_CARRIED_CALLS = 64
-
-
-@dataclass(frozen=True)
-class _Opening:
-    """What commits with a new call's first step: the execution's checkpoint and the
-    call's row (None for a stored call), and the calls carried so far."""
-
-    checkpoint: Step | None
-    row: ToolCall | None
-    carried: Carried | None
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        return (self.checkpoint,) if self.checkpoint is not None else ()
-
-    @property
-    def inserts(self) -> tuple[ToolCall, ...]:
-        return (self.row,) if self.row is not None else ()
 
 
 def _outcome(tool: Tool, done: Dispatched) -> ToolOutcome:
@@ -134,6 +117,8 @@ class Dispatcher:
         self.budget = StorageBudget(store, settings.max_stored_bytes_per_principal)
         #: The driver's drain flag: set, no new sandbox step or dispatch begins here.
         self.handing_back = handing_back
+        #: How a call pauses its execution (for approval, or for its tool's questions).
+        self.pauses = CallPauses(write, webhooks, settings, clock)
 
     def call(
         self,
@@ -195,9 +180,10 @@ class Dispatcher:
         call = record_of(row)
         decision = self.policy.decide(tool.spec, principal_of(ex))
         cover = self._cover(ex, row) if decision is PolicyDecision.REQUIRE_APPROVAL else None
-        if decision is PolicyDecision.APPROVE:
+        if decision is PolicyDecision.APPROVE and not tool.spec.asks:
             # Made at once if the spec lets it be made again (idempotent, retries allowed):
-            # no commit of its own. Otherwise it is journaled before it runs, below.
+            # no commit of its own. Otherwise it is journaled before it runs, below (as is a
+            # tool that may ask its user for values: its questions pause a journaled call).
             try:
                 outcome = self._call_at_least_once(ex, tool, call, row, carried)
             except GuardRefused:
@@ -217,7 +203,7 @@ class Dispatcher:
                 **({"snapshot_call": seq, "runtime_version": MONTY_VERSION} if checkpoint else {}),
             },
         )
-        opening = _Opening(first, row, carried)
+        opening = Opening(first, row, carried)
         if decision is PolicyDecision.BLOCK:
             self.write.apply(
                 *opening.steps,
@@ -229,9 +215,11 @@ class Dispatcher:
             return self.resume_sandbox(ex, suspended.snapshot, settled_outcome(call))
         if decision is PolicyDecision.APPROVE or cover is not None:
             self.go_on()  # not sent yet: the next owner sends it
-            outcome = self._dispatch(ex, call, opening, cover)
-            return self.resume_sandbox(ex, suspended.snapshot, outcome)
-        self._pause(ex, call, suspended.snapshot, opening)
+            made = self._dispatch(ex, call, opening, suspended.snapshot, cover)
+            if made is None:
+                return None  # the tool asked its user: paused for the answers
+            return self.resume_sandbox(ex, suspended.snapshot, made)
+        self.pauses.for_approval(ex, call, suspended.snapshot, opening)
         return None
 
     def advance(
@@ -255,14 +243,16 @@ class Dispatcher:
                 elif decision is PolicyDecision.APPROVE:
                     self.write.apply(Step(call, "auto_approve"), fence=ex, carried=carried)
                 else:
-                    self._pause(ex, call, snapshot, _Opening(None, None, carried))
+                    self.pauses.for_approval(ex, call, snapshot, Opening(None, None, carried))
                     return None
             elif status in (C.APPROVED, C.DISPATCHED):
                 if status == C.APPROVED:
                     self.go_on()  # not sent yet: the next owner sends it
                 # A dispatched call (a requeued execution's idempotent one) is already out:
                 # it is carried to its result, even while draining.
-                outcome = self._dispatch(ex, call, _Opening(None, None, carried))
+                outcome = self._dispatch(ex, call, Opening(None, None, carried), snapshot)
+                if outcome is None:
+                    return None  # the tool asked its user (again): paused for the answers
                 return self.resume_sandbox(ex, snapshot, outcome)
             else:
                 return self.resume_sandbox(ex, snapshot, settled_outcome(call))
@@ -307,42 +297,18 @@ class Dispatcher:
         if self.handing_back.is_set():
             raise HandBack()
 
-    def _pause(
-        self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes, opening: _Opening
-    ) -> None:
-        deadline = self.clock() + self.settings.approval_ttl
-        # Its `approval.requested` event commits with it (the outbox, `machine.webhooks`).
-        events = self.webhooks.rows_for_pause(ex.typed, call.typed, deadline)
-        self.write.apply(
-            *opening.steps,
-            Step(call, "request_approval", {"arguments_preview": call.typed.arguments_preview}),
-            Step(
-                ex,
-                "pause",
-                {"snapshot": snapshot, "deadline": deadline},
-                data={
-                    "snapshot_call": call.typed.seq,
-                    "runtime_version": MONTY_VERSION,
-                    "logs": ex.typed.logs,
-                },
-            ),
-            inserts=[*opening.inserts, *events],
-            # Checked before the row is inserted: a stale owner is refused as the conflict
-            # it is, not as a duplicate of the row the execution's new owner inserted.
-            fence=ex,
-            carried=opening.carried,
-        )
-
     def _dispatch(
         self,
         ex: ExecutionRecord,
         call: CallRecord,
-        opening: _Opening,
+        opening: Opening,
+        snapshot: bytes,
         cover: dict[str, JsonValue] | None = None,
-    ) -> ToolOutcome:
+    ) -> ToolOutcome | None:
         """Intent first: the dispatch commits (with the call's approval, and the grant that
         `cover`s it, and its row when they are new), then the tool runs, then its result
-        commits."""
+        commits. None when the tool asked its user for values instead: its questions commit
+        with the execution's pause at `snapshot` (the code's state at this call)."""
         tool = self._tool(ex, call.typed.tool)
         steps = list(opening.steps)
         if call.status == C.REQUESTED:
@@ -359,6 +325,9 @@ class Dispatcher:
         )
         done = applied.effect_result
         assert done is not None
+        if done.asked is not None:
+            self.pauses.for_answers(ex, call, snapshot, done)
+            return None
         if done.error is None:
             self.write.apply(Step(call, "succeed", {"result": {"value": done.value}}), fence=ex)
         else:
@@ -420,5 +389,6 @@ class Dispatcher:
             principal=ex.typed.principal_id,
             secrets=self.secrets,
             notify=lambda notice: self.notices.publish(execution_id, notice),
+            answers=stored_answers(call.typed.input),
             max_result_bytes=self.settings.max_result_bytes,
         )

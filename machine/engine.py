@@ -26,6 +26,7 @@ from pydantic import JsonValue
 
 from lockgate.machine.approval_audit import Decider, decision_record
 from lockgate.machine.approval_grants import grant_of
+from lockgate.machine.call_answers import CallAnswers, NotApproval
 from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.execution_queries import LiveUnder
 from lockgate.machine.db.schema import Execution
@@ -117,6 +118,16 @@ class Engine:
             owner=owner,
             handing_back=self.handing_back,
             abandon=abandon,
+        )
+        #: Answers to what a tool asked its user (`ToolContext.ask`), for its paused call.
+        self.answers = CallAnswers(
+            store=store,
+            write=write,
+            reads=self.reads,
+            driver=self.driver,
+            dispatcher=self.dispatcher,
+            owner=owner,
+            expire_if_due=self._expire_if_due,
         )
 
     def get(self, execution_id: str, principal_id: str) -> ExecutionView:
@@ -301,6 +312,15 @@ class Engine:
             )
             if call_row is None:
                 raise RuntimeError(f"paused execution {execution_id} has no pending call")
+            if call_row.status == C.AWAITING_INPUT and action is not Action.CANCEL:
+                raise NotApproval(
+                    f"Execution {execution_id!r} waits for answers to what tools."
+                    f"{call_row.tool} asked its user, not for a decision.",
+                    hint="Answer its questions through the client that made the call (or "
+                    "resume with answers), or cancel the execution.",
+                )
+            if call_row.status == C.AWAITING_INPUT:
+                return self.cancel(execution_id, principal_id)
             ex, call = record_of(row), record_of(call_row)
             decision: JsonValue = decision_record(
                 str(action),
@@ -366,7 +386,7 @@ class Engine:
             else self.store.tool_calls.get(make_idempotency_key(row.id, row.snapshot_call))
         )
         steps = [Step(record_of(row), "expire")]
-        if call_row is not None and call_row.status == C.AWAITING_APPROVAL:
+        if call_row is not None and call_row.status in (C.AWAITING_APPROVAL, C.AWAITING_INPUT):
             steps.insert(0, Step(record_of(call_row), "expire", {"deadline": row.deadline}))
         # A conflict or a stale read means someone else expired or resumed it first.
         with contextlib.suppress(Conflict, GuardRefused, IllegalTransition):
@@ -397,7 +417,7 @@ class Engine:
         steps = [Step(record_of(row), "cancel")]
         if row.snapshot_call is not None and row.status == E.WAITING_FOR_INTERACTION:
             call_row = self.store.tool_calls.get(make_idempotency_key(row.id, row.snapshot_call))
-            if call_row is not None and call_row.status == C.AWAITING_APPROVAL:
+            if call_row is not None and call_row.status in (C.AWAITING_APPROVAL, C.AWAITING_INPUT):
                 steps.insert(0, Step(record_of(call_row), "withdraw"))
         try:
             self.write.apply(*steps)

@@ -10,6 +10,7 @@ the driver, which leaves the call in doubt exactly as recovery does after a cras
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import JsonValue
@@ -22,6 +23,7 @@ from lockgate.machine.tools.call_notices import (
     ProgressNotice,
     nobody,
 )
+from lockgate.machine.tools.questions import InputNeeded
 from lockgate.machine.tools.registry import Tool, ToolContext, ToolFailed, ToolOutcomeUnknown
 from lockgate.machine.values import limit_size, to_json
 
@@ -37,6 +39,10 @@ class Dispatched:
 
     value: JsonValue = None
     error: str | None = None
+    #: The questions the tool asked its user instead of answering (`ToolContext.ask`),
+    #: scrubbed of its secrets; None when it answered.
+    asked: dict[str, JsonValue] | None = None
+    before_task: bool = False
 
 
 def invoke(
@@ -47,6 +53,7 @@ def invoke(
     principal: str,
     secrets: SecretStore,
     notify: Listener = nobody,
+    answers: Mapping[str, JsonValue] | None = None,
     max_result_bytes: int,
 ) -> Dispatched:
     """Run the tool with its secrets resolved now; nothing it returns or raises is kept
@@ -66,9 +73,17 @@ def invoke(
         principal_id=principal,
         # What the tool says is scrubbed of its secrets like its answer.
         notify=lambda notice: notify(_scrubbed(notice, redactor)),
+        answers=answers or {},
     )
     try:
         value = tool.call(arguments, context)
+    except InputNeeded as asked:
+        if not tool.spec.asks:  # made at once, where a question could not pause it
+            log.warning("tool %s asked without declaring asks=True", tool.spec.full_name)
+            return Dispatched(error=f"{UNEXPECTED} (it asked for input it does not declare)")
+        questions = redactor.redact(to_json(asked.asked))
+        assert isinstance(questions, dict)
+        return Dispatched(asked=questions, before_task=asked.before_task)
     except ToolOutcomeUnknown as exc:
         if tool.spec.idempotent:  # nothing to doubt: a read that failed
             return Dispatched(error=redactor.redact_text(exc.failure))

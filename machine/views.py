@@ -8,6 +8,7 @@ from pydantic import BaseModel, JsonValue
 
 from lockgate.machine.db.execution_queries import CallLine
 from lockgate.machine.db.schema import Execution
+from lockgate.machine.tools.questions import open_questions, stored_input
 from lockgate.spec import ExecutionStatus, ToolCallStatus
 
 
@@ -19,6 +20,11 @@ class PendingCall(BaseModel):
     arguments_preview: JsonValue
     deadline: datetime | None
     message: str
+    #: What the call's tool asked its user and is still open, by key (each an MCP
+    #: `elicitation/create` request); None when the call waits for approval instead.
+    questions: dict[str, JsonValue] | None = None
+    #: The tool needs the answers before the call is worth a task (`ToolContext.ask`).
+    before_task: bool = False
 
 
 class CallSummary(BaseModel):
@@ -56,18 +62,25 @@ def approval_message(tool: str) -> str:
     return f"Approve the call to tools.{tool}? Review the arguments before you accept."
 
 
+def questions_message(tool: str) -> str:
+    return f"tools.{tool} asks its user for values before it goes on: answer its questions."
+
+
 def build_view(row: Execution, calls: list[CallLine]) -> ExecutionView:
     outcome = row.outcome if isinstance(row.outcome, dict) else {}
     pending: PendingCall | None = None
     if row.status == ExecutionStatus.WAITING_FOR_INTERACTION:
         call = next((c for c in calls if c.seq == row.snapshot_call), None)
         if call is not None:
+            asking = call.status == ToolCallStatus.AWAITING_INPUT
             pending = PendingCall(
                 seq=call.seq,
                 tool=call.tool,
                 arguments_preview=call.arguments_preview,
                 deadline=row.deadline,
-                message=approval_message(call.tool),
+                message=questions_message(call.tool) if asking else approval_message(call.tool),
+                questions=open_questions(call.input) if asking else None,
+                before_task=asking and bool(stored_input(call.input).get("before_task")),
             )
     return ExecutionView(
         id=row.id,

@@ -1,4 +1,5 @@
-"""The one decision entry: every door through which a gated call is decided comes here.
+"""The one decision entry: every door through which a gated call is decided comes here (and
+answers to what a tool asked its user, which every door also carries: `answer`).
 
 A door only translates its protocol into a `Decision` and says who is deciding (`Who`):
 
@@ -96,6 +97,15 @@ class Decision:
     shown: str | None = None
 
 
+@dataclass(frozen=True)
+class Answers:
+    execution_id: str
+    #: By question key, each an MCP `ElicitResult` (`action`, `content`).
+    responses: dict[str, JsonValue]
+    #: The call asked: only it, never a later one (None: whichever the execution waits on).
+    call: int | None = None
+
+
 class Decisions:
     def __init__(
         self,
@@ -119,6 +129,21 @@ class Decisions:
             decision.content if decision.action is Action.ACCEPT else None,
             expected_call=decision.call,
             decided_by=self._decider(who),
+        )
+
+    async def answer(
+        self, who: Agent | ClientPrompt, answers: Answers, budget: float | None = None
+    ) -> ExecutionView | Running:
+        """Apply answers to what a paused call's tool asked its user. Not a decision: no mode
+        restricts them and no person's identity is checked (a question is the tool's own
+        interface to its user, who answers through the client); only the principal's own
+        executions are reached (the engine refuses any other's)."""
+        return await self.runner.answer(
+            who.principal,
+            answers.execution_id,
+            answers.responses,
+            expected_call=answers.call,
+            budget=budget,
         )
 
     def _principal(self, who: Who, decision: Decision) -> str:

@@ -132,7 +132,8 @@ class ExperimentalTasks:
         if status in (E.PENDING, E.RUNNING):
             return "working"
         if status == E.WAITING_FOR_INTERACTION:
-            # Only the page decides in `browser` mode: nothing to ask the client.
+            # Only the page decides in `browser` mode: nothing to ask the client (a tool's
+            # own questions aside: `task` shows those as input_required whatever the mode).
             return "working" if mode is ApprovalMode.BROWSER else "input_required"
         if status == E.COMPLETED:
             return "completed"
@@ -143,6 +144,8 @@ class ExperimentalTasks:
     def task(self, view: ExecutionView | TaskLine, mode: ApprovalMode) -> dict[str, Any]:
         """The Task of an execution (a view, or a listing's line)."""
         status = self._status(E(view.status), mode)
+        if isinstance(view, ExecutionView) and view.pending and view.pending.questions:
+            status = "input_required"  # the tool's own questions, whatever the mode
         task: dict[str, Any] = {
             "taskId": view.id,
             "status": status,
@@ -243,19 +246,27 @@ class ExperimentalTasks:
             )
         principal, view = await self._view(params.task_id)
         mode = self.modes.for_principal(principal)
-        asked: set[int] = set()
+        asked: set[tuple[int, tuple[str, ...]]] = set()
         while not view.terminal:
             pending = view.pending
+            # What is asked: the call, and its tool's open questions (each round's own).
+            round_ = (pending.seq, tuple(pending.questions or ())) if pending else None
             if (
                 pending is not None
-                and mode is not ApprovalMode.BROWSER
-                and pending.seq not in asked
+                and round_ is not None
+                and (mode is not ApprovalMode.BROWSER or pending.questions is not None)
+                and round_ not in asked
             ):
                 # The person is asked here, on this request, about the call it waits on
                 # (once: a dismissed question is not asked again, the page still decides).
-                asked.add(pending.seq)
+                asked.add(round_)
                 await self.native.settle(
-                    ctx, principal, view, self.approval_url, related_task=view.id
+                    ctx,
+                    principal,
+                    view,
+                    self.approval_url,
+                    related_task=view.id,
+                    approvals=mode is not ApprovalMode.BROWSER,
                 )
             else:
                 outcome = await self.runner.wait(principal, view.id)  # up to the budget

@@ -24,14 +24,17 @@ from typing import Any
 import mcp_types as types
 from anyio import to_thread
 from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, JsonValue
 
 from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.engine import Action
-from lockgate.machine.execution_errors import ExecutionAlreadySettled
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.execution_errors import ExecutionAlreadySettled, InvalidExecutionInput
 from lockgate.machine.views import ExecutionView
 from lockgate.server.deciders import client_of
-from lockgate.server.decisions import ClientPrompt, Decision, Decisions
+from lockgate.server.decisions import Answers, ClientPrompt, Decision, Decisions
 from lockgate.server.native_approval import DECISION_FORM, granted, prompt
 from lockgate.server.shapes import Running
 
@@ -39,6 +42,25 @@ from lockgate.server.shapes import Running
 APPROVAL = "approval"
 #: The protocol whose requests carry `inputResponses` instead of a session to ask on.
 STATELESS = "2026-07-28"
+
+
+def _responses(params: types.CallToolRequestParams) -> dict[str, JsonValue]:
+    """The request's `inputResponses` as the JSON the client sent."""
+    return {
+        key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(value, BaseModel)
+        else value
+        for key, value in (params.input_responses or {}).items()
+    }
+
+
+def dismissed(params: types.CallToolRequestParams) -> bool:
+    """Whether a retry's answer to an approval dismissed it (neither accept nor decline): a
+    dismissed prompt is not asked again in a loop; its answer names the approval page."""
+    answer = (params.input_responses or {}).get(APPROVAL)
+    if answer is None:
+        return False
+    return not (isinstance(answer, types.ElicitResult) and answer.action in ("accept", "decline"))
 
 
 class InputRequiredDoor:
@@ -56,9 +78,21 @@ class InputRequiredDoor:
         )
 
     async def ask(self, view: ExecutionView) -> types.InputRequiredResult | None:
-        """The `input_required` answer for the call `view` waits on (None: none waits)."""
+        """The `input_required` answer for the call `view` waits on (None: none waits): its
+        tool's open questions, keyed as the tool keyed them, or the approval of the call."""
         if view.pending is None:
             return None
+        if view.pending.questions is not None:
+            asked = view.pending.questions
+            # The keys still open name the round: each round's state differs from the last.
+            state = {"executionId": view.id, "call": view.pending.seq, "asked": sorted(asked)}
+            return types.InputRequiredResult(
+                input_requests={
+                    key: types.ElicitRequest.model_validate(request)
+                    for key, request in asked.items()
+                },
+                request_state=json.dumps(state),
+            )
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
                 message=prompt(view, self.page(view)), requested_schema=DECISION_FORM
@@ -69,12 +103,37 @@ class InputRequiredDoor:
             input_requests={APPROVAL: request}, request_state=json.dumps(state)
         )
 
+    async def answered_at_once(
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        outcome: ExecutionView | Running,
+        params: types.CallToolRequestParams,
+        budget: float | None,
+    ) -> ExecutionView | Running:
+        """A first call that already carries answers (`inputResponses` without a
+        `requestState`, MCP's stateless form): they answer what its tool asks, as a retry's
+        would. Keys it does not ask are ignored; answers that do not fit are, and the
+        questions are asked again."""
+        view = outcome if isinstance(outcome, ExecutionView) else None
+        if view is None or view.pending is None or view.pending.questions is None:
+            return outcome
+        who = ClientPrompt(principal, Door.CLIENT_PROMPT, ApprovalMode.NATIVE, client_of(ctx))
+        answers = Answers(view.id, _responses(params), call=view.pending.seq)
+        try:
+            return await self.decisions.answer(who, answers, budget)
+        except LockgateError:  # not as asked, or answered meanwhile: asked (again) as it is
+            return await to_thread.run_sync(
+                self.decisions.runner.runtime.engine.get, view.id, principal
+            )
+
     async def answer(
         self,
         ctx: ServerRequestContext[Any],
         principal: str,
         params: types.CallToolRequestParams,
         mode: ApprovalMode,
+        budget: float | None = None,
     ) -> ExecutionView | Running:
         """A retry carrying the person's answer: decide the call (once), and return where the
         execution got to. A dismissed prompt decides nothing; an accept is the client's
@@ -83,6 +142,17 @@ class InputRequiredDoor:
         assert params.request_state is not None  # unsealed by the SDK's boundary
         state = json.loads(params.request_state)
         execution_id = str(state["executionId"])
+        if "asked" in state:  # the tool's questions: the answers are the tool's
+            who = ClientPrompt(principal, Door.CLIENT_PROMPT, mode, client_of(ctx))
+            answers = Answers(execution_id, _responses(params), call=int(state["call"]))
+            try:
+                return await self.decisions.answer(who, answers, budget)
+            except ExecutionAlreadySettled:
+                pass  # answered before (this very retry, replayed): where it got to
+            except InvalidExecutionInput as exc:  # not as asked: said, the question open
+                raise MCPError(
+                    code=types.INVALID_PARAMS, message=f"{exc.message} {exc.hint or ''}".strip()
+                ) from None
         response = (params.input_responses or {}).get(APPROVAL)
         if isinstance(response, types.ElicitResult) and response.action in ("accept", "decline"):
             action = Action.ACCEPT if response.action == "accept" else Action.DECLINE

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -20,7 +20,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import ValidationError
 
 from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import (
@@ -41,7 +41,8 @@ from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.call_relay import relayed
 from lockgate.server.deciders import client_of
-from lockgate.server.decisions import Agent, Decision
+from lockgate.server.decisions import Agent, Answers, Decision
+from lockgate.server.direct_calls import DirectCalls
 from lockgate.server.direct_tools import DirectTools
 from lockgate.server.direct_tools import answer as direct_answer
 from lockgate.server.experimental_tasks import (
@@ -51,12 +52,20 @@ from lockgate.server.experimental_tasks import (
     legacy,
     task_refused,
 )
-from lockgate.server.input_required import APPROVAL, InputRequiredDoor
+from lockgate.server.input_required import InputRequiredDoor, dismissed
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
-from lockgate.server.tasks import Tasks, answers_with_task, missing_extension
+from lockgate.server.tasks import Tasks, answers_with_task
+from lockgate.server.tool_arguments import (
+    DescribeArguments,
+    ExecuteArguments,
+    ResumeArguments,
+)
+from lockgate.server.tool_arguments import (
+    problems as argument_problems,
+)
 from lockgate.server.tool_listing import (
     SOURCE_TOOLS,
     described,
@@ -70,51 +79,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lockgate.mcp")
 
-#: How long a direct call that may become a task runs before it does: one that finishes
-#: sooner answers its result at once (the extension's immediate-result shortcut), so a
-#: quick read never costs the client a poll.
-TASK_AFTER_SECS = 1.0
-
-
-class ExecuteArguments(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    code: str = Field(min_length=1)
-    idempotency_key: str | None = Field(
-        default=None, alias="idempotencyKey", min_length=1, max_length=128
-    )
-
-
-class ResumeArguments(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    execution_id: str = Field(alias="executionId", min_length=1, max_length=64)
-    action: Literal["accept", "decline", "cancel"] | None = None
-    content: JsonValue = None
-
-
-class DescribeArguments(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(default="", max_length=200)
-
-
-def _problems(exc: ValidationError) -> str:
-    """A validation failure in words, without echoing the values (they may be large)."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "arguments"
-        parts.append(f"{where}: {err['msg']}")
-    return "Invalid arguments: " + "; ".join(parts)
-
 
 def _asked_mode(ctx: ServerRequestContext[Any]) -> str | None:
     """The approval mode the connection asked for on the MCP URL, if any."""
     return ctx.request.query_params.get(QUERY_PARAMETER) if ctx.request is not None else None
 
 
-def _decided(params: types.CallToolRequestParams) -> bool:
-    """Whether a retry's answer decided (accept or decline): a dismissed prompt is not asked
-    again in a loop; its answer names the approval page instead."""
-    answer = (params.input_responses or {}).get(APPROVAL)
-    return isinstance(answer, types.ElicitResult) and answer.action in ("accept", "decline")
+def _asking(outcome: ExecutionView | shapes.Running) -> bool:
+    """Whether `outcome` waits for answers to what its call's tool asked its user."""
+    return (
+        isinstance(outcome, ExecutionView)
+        and outcome.pending is not None
+        and outcome.pending.questions is not None
+    )
 
 
 class LockgateMCP:
@@ -167,6 +144,15 @@ class LockgateMCP:
         self.legacy_tasks.install(self.server)
         self.tasks = Tasks(runner, self.modes, self.approval_url, self.decisions, self.legacy_tasks)
         self.tasks.install(self.server)
+        #: A direct tool's calls (`expose = "direct"`): as the tool, or as a task.
+        self.direct_calls = DirectCalls(
+            runner,
+            self.direct,
+            (self.tasks, self.legacy_tasks),
+            self.input_required,
+            self._finish,
+            self._level,
+        )
         # A 2025 session's call that asks for a task answers 2025-11-25's CreateTaskResult,
         # which the SDK's result check for 2025 (a CallToolResult) would refuse.
         self.server.middleware.append(self._calls_as_2025_tasks)
@@ -245,8 +231,9 @@ class LockgateMCP:
     ) -> types.CallToolResult:
         if isinstance(outcome, shapes.Running):
             return shapes.running(outcome.execution_id)
-        # Only a paused execution's answer names its call's page.
-        url = self.approval_url(outcome) if outcome.pending is not None else None
+        # Only an execution paused for approval names its call's page.
+        approval = outcome.pending is not None and outcome.pending.questions is None
+        url = self.approval_url(outcome) if approval else None
         shape = direct_answer if direct else shapes.execution
         return shape(outcome, url, model_accepts=mode is ApprovalMode.MODEL)
 
@@ -260,12 +247,19 @@ class LockgateMCP:
         ask: bool = True,
         direct: bool = False,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """The answer about `outcome` (as a direct tool's answer when `direct`); in `native`
-        mode, a call it waits on is first put to the client's person: within this request
+        """The answer about `outcome` (as a direct tool's answer when `direct`). What it
+        waits on is first put to the client's person, where the client can be asked: a
+        tool's questions always, a call's approval in `native` mode; within this request
         (2025), or as `input_required` (2026)."""
-        if mode is ApprovalMode.NATIVE and ask:
+        if ask and (mode is ApprovalMode.NATIVE or _asking(outcome)):
             if self.native.can_ask(ctx):
-                outcome = await self.native.settle(ctx, principal, outcome, self.approval_url)
+                outcome = await self.native.settle(
+                    ctx,
+                    principal,
+                    outcome,
+                    self.approval_url,
+                    approvals=mode is ApprovalMode.NATIVE,
+                )
             elif (
                 self.input_required.applies(ctx)
                 and isinstance(outcome, ExecutionView)
@@ -285,54 +279,6 @@ class LockgateMCP:
 
         return lambda: to_thread.run_sync(read)
 
-    async def _call_direct(
-        self,
-        ctx: ServerRequestContext[Any],
-        principal: str,
-        params: types.CallToolRequestParams,
-        session_id: str | None,
-        mode: ApprovalMode,
-    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
-        """A direct tool's call: a one-call execution, answered as the tool, or as a task
-        (stored before the answer) where the tool and the client allow one and the call does
-        not finish at once."""
-        support = self.direct.specs[params.name].task_support
-        if legacy(ctx):  # 2025-11-25: the client asks for a task, as the tool allows
-            takes_tasks = asks_for_task(ctx, params)
-            if (takes_tasks and support is TaskSupport.FORBIDDEN) or (
-                not takes_tasks and support is TaskSupport.REQUIRED
-            ):
-                raise task_refused(params.name, support)
-            as_task = takes_tasks
-        else:  # the extension: the server decides, where the client takes tasks at all
-            takes_tasks = answers_with_task(ctx)
-            if support is TaskSupport.REQUIRED and not takes_tasks:
-                raise missing_extension()
-            as_task = takes_tasks and support is not TaskSupport.FORBIDDEN
-        async with relayed(ctx, params, self._level(session_id)) as listener:
-            outcome = await self.runner.execute(
-                principal,
-                self.direct.code(params.name, params.arguments or {}),
-                session_id,
-                request_key(session_id, ctx.request_id)
-                if session_id and ctx.request_id is not None
-                else None,
-                None,
-                # A task asked for (2025), or always one: stored, then answered at once.
-                budget=(
-                    0 if legacy(ctx) or support is TaskSupport.REQUIRED else TASK_AFTER_SECS
-                )
-                if as_task
-                else None,
-                direct_tool=params.name,
-                listener=listener,
-            )
-        if legacy(ctx) and as_task:  # asked for: a task however quick the call was
-            return await to_thread.run_sync(self.legacy_tasks.created, outcome, mode)
-        if as_task and (isinstance(outcome, shapes.Running) or not outcome.terminal):
-            return await to_thread.run_sync(self.tasks.created, outcome, mode)
-        return await self._finish(ctx, principal, outcome, mode, direct=True)
-
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
@@ -350,14 +296,15 @@ class LockgateMCP:
         try:
             mode = self.modes.for_connection(principal, _asked_mode(ctx))
             direct = params.name in self.direct
+            if params.request_state is not None and direct:
+                # The client's retry with its person's answers: the call goes on.
+                return await self.direct_calls.retry(ctx, principal, params, mode)
             if params.request_state is not None and (
-                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS or direct
+                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS
             ):
                 # The client's retry with its person's answer: nothing runs again.
                 outcome = await self.input_required.answer(ctx, principal, params, mode)
-                return await self._finish(
-                    ctx, principal, outcome, mode, ask=_decided(params), direct=direct
-                )
+                return await self._finish(ctx, principal, outcome, mode, ask=not dismissed(params))
             if params.name == "execute":
                 args = ExecuteArguments.model_validate(arguments)
                 if len(args.code) > self.max_code_chars:
@@ -391,6 +338,17 @@ class LockgateMCP:
                 resume = ResumeArguments.model_validate(arguments)
                 execution_id = resume.execution_id
                 log_execution_id.set(execution_id)
+                if resume.answers is not None:
+                    if resume.action is not None:
+                        return shapes.invalid(
+                            "Send either answers (to what a tool asked) or an action (a "
+                            "decision on a call), not both."
+                        )
+                    outcome = await self.decisions.answer(
+                        Agent(principal, Door.RESUME, mode, client_of(ctx)),
+                        Answers(resume.execution_id, resume.answers),
+                    )
+                    return await self._finish(ctx, principal, outcome, mode)
                 if resume.action is None:
                     outcome = await self.runner.wait(principal, resume.execution_id)
                     return await self._finish(ctx, principal, outcome, mode)
@@ -409,7 +367,7 @@ class LockgateMCP:
                     structured_content=structured,
                 )
             if direct:
-                return await self._call_direct(ctx, principal, params, session_id, mode)
+                return await self.direct_calls.call(ctx, principal, params, session_id, mode)
             if params.name in SOURCE_TOOLS:
                 problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
                 if problems:
@@ -431,7 +389,7 @@ class LockgateMCP:
         except MCPError:
             raise  # a protocol error the request itself caused, answered as one
         except ValidationError as exc:
-            return shapes.invalid(_problems(exc))
+            return shapes.invalid(argument_problems(exc))
         except IdempotencyKeyReused as exc:
             return shapes.error(exc, exc.execution_id)
         except LockgateError as exc:

@@ -31,9 +31,11 @@ from pydantic import JsonValue
 from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.engine import Action
+from lockgate.machine.errors import LockgateError
+from lockgate.machine.tools.questions import form_of
 from lockgate.machine.views import ExecutionView
 from lockgate.server.deciders import client_of
-from lockgate.server.decisions import ClientPrompt, Decision, Decisions
+from lockgate.server.decisions import Answers, ClientPrompt, Decision, Decisions
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.shapes import Running
 
@@ -160,17 +162,26 @@ class NativeDoor:
         page: Callable[[ExecutionView], str | None],
         *,
         related_task: str | None = None,
+        approvals: bool = True,
     ) -> ExecutionView | Running:
         """Ask the client's person about each call the execution waits on, in turn: in a
         form, or on the call's approval page (`page`: its URL) for a URL-mode client. With
-        `related_task`, each question names the task it belongs to (2025-11-25 tasks)."""
+        `related_task`, each question names the task it belongs to (2025-11-25 tasks).
+        A call whose tool asked its user questions gets them, one form each, whatever the
+        approval mode; `approvals` False (the mode is not `native`): only those."""
         if not self.can_ask(ctx):
             return outcome
         by_url = self._by_url(ctx)
         for _ in range(MAX_ASKED):
             if not isinstance(outcome, ExecutionView) or outcome.pending is None:
                 return outcome
-            if by_url:
+            if outcome.pending.questions is not None:
+                if by_url:
+                    return outcome  # a URL-mode client shows no forms
+                decided = await self._answer_in_forms(ctx, principal, outcome, related_task)
+            elif not approvals:
+                return outcome
+            elif by_url:
                 decided = await self._ask_on_page(ctx, principal, outcome, page, related_task)
             else:
                 decided = await self._ask_in_form(ctx, principal, outcome, page, related_task)
@@ -231,6 +242,50 @@ class NativeDoor:
         if deadline is None:
             return self.runner.runtime.settings.approval_ttl.total_seconds()
         return max(0.0, (deadline - self.clock()).total_seconds())
+
+    async def _answer_in_forms(
+        self,
+        ctx: ServerRequestContext[Any],
+        principal: str,
+        view: ExecutionView,
+        related_task: str | None,
+    ) -> ExecutionView | Running | None:
+        """Each open question of the call's tool, as the form it is; the answers (accept,
+        decline or cancel, each an answer the tool reads) are applied together. A question
+        that got no answer (an error, the deadline) ends the round: what was answered is
+        kept, the rest waits for another door."""
+        pending = view.pending
+        assert pending is not None and pending.questions is not None
+        answers: dict[str, JsonValue] = {}
+        for key, request in pending.questions.items():
+            message, schema = form_of(request)
+            try:
+                with anyio.fail_after(self._seconds_left(view)):
+                    answer = await _elicit(
+                        ctx,
+                        types.ElicitRequestFormParams(
+                            message=message,
+                            requested_schema=cast(types.ElicitRequestedSchema, schema),
+                        ),
+                        related_task,
+                    )
+            except Exception as exc:  # gone or too late: the question stays open
+                log.info("execution %s: question %s got no answer (%s)", view.id, key, exc)
+                break
+            answers[key] = answer.model_dump(
+                mode="json", include={"action", "content"}, exclude_none=True
+            )
+        if not answers:
+            return None
+        who = ClientPrompt(principal, Door.CLIENT_PROMPT, ApprovalMode.NATIVE, client_of(ctx))
+        try:
+            outcome = await self.decisions.answer(who, Answers(view.id, answers, call=pending.seq))
+        except LockgateError as exc:  # answered elsewhere meanwhile, or not as asked
+            log.info("execution %s: the answers were not taken (%s)", view.id, exc.message)
+            return None
+        if len(answers) < len(pending.questions):
+            return None  # some stay open: for another door
+        return outcome
 
     async def _ask_in_form(
         self,

@@ -22,7 +22,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -257,6 +257,28 @@ class ExecutionRunner:
             ),
             execution_id,
             principal,
+        )
+
+    async def answer(
+        self,
+        principal: str,
+        execution_id: str,
+        responses: Mapping[str, JsonValue],
+        *,
+        expected_call: int | None = None,
+        budget: float | None = None,
+    ) -> ExecutionView | Running:
+        """Answers to what the paused call's tool asked (`machine.call_answers`); once the
+        last one is in, the execution runs on, within the budget (`budget`: another)."""
+        engine = self.runtime.engine
+        self.in_flight.claim(principal)
+        return await self._within_budget(
+            lambda: engine.answers.give(
+                execution_id, principal, responses, expected_call=expected_call
+            ),
+            execution_id,
+            principal,
+            budget,
         )
 
     async def wait(self, principal: str, execution_id: str) -> ExecutionView | Running:

@@ -10,6 +10,7 @@ import mcp_types as types
 from pydantic import JsonValue
 
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.tools.questions import form_of
 from lockgate.machine.views import ExecutionView
 from lockgate.spec import ExecutionStatus as E
 
@@ -93,6 +94,38 @@ def internal_error() -> types.CallToolResult:
     )
 
 
+def _asking(view: ExecutionView) -> types.CallToolResult:
+    """A paused call whose tool asked its user questions this client could not be asked
+    (it declared no elicitation): the questions, and how to answer them."""
+    pending = view.pending
+    assert pending is not None and pending.questions is not None
+    expires = pending.deadline.isoformat() if pending.deadline else None
+    said = "; ".join(
+        f"{key}: {form_of(request)[0]!r}" for key, request in pending.questions.items()
+    )
+    return _result(
+        {
+            "status": "waiting_for_interaction",
+            "executionId": view.id,
+            "executionStatus": view.status,
+            "expiresAt": expires,
+            "interaction": {
+                "kind": "questions",
+                "message": pending.message,
+                "tool": f"tools.{pending.tool}",
+                "questions": pending.questions,
+            },
+            "logs": view.logs,
+        },
+        f"tools.{pending.tool} asks its user before it goes on ({said}). Ask the user, then "
+        f"call `resume` with executionId={view.id} and answers: an object with one entry per "
+        'question key, each {"action": "accept", "content": {...the values...}} (or '
+        '"decline" / "cancel"); or cancel the execution with `resume`. '
+        f"Expires at {expires}.",
+        error=False,
+    )
+
+
 def execution(
     view: ExecutionView, approval_url: str | None, *, model_accepts: bool = True
 ) -> types.CallToolResult:
@@ -112,6 +145,12 @@ def execution(
             + (f"\nLogs:\n{view.logs}" if view.logs else ""),
             error=False,
         )
+    if (
+        view.status == E.WAITING_FOR_INTERACTION
+        and view.pending is not None
+        and view.pending.questions is not None
+    ):
+        return _asking(view)
     if view.status == E.WAITING_FOR_INTERACTION and view.pending is not None:
         pending = view.pending
         expires = pending.deadline.isoformat() if pending.deadline else None

@@ -36,11 +36,12 @@ from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import ApprovalMode, ApprovalModes
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
+from lockgate.machine.execution_errors import InvalidExecutionInput
 from lockgate.machine.views import ExecutionView
 from lockgate.server import shapes
 from lockgate.server.auth import current_principal
 from lockgate.server.deciders import client_of
-from lockgate.server.decisions import ClientPrompt, Decision, Decisions
+from lockgate.server.decisions import Answers, ClientPrompt, Decision, Decisions
 from lockgate.server.direct_tools import answer as direct_answer
 from lockgate.server.direct_tools import internal_error
 from lockgate.server.experimental_tasks import ExperimentalTasks, legacy
@@ -125,7 +126,8 @@ class Tasks:
         if internal_error(view) is not None:
             return TaskStatus.FAILED  # a JSON-RPC error, which the extension calls failed
         status = TASK_STATUS[view.status].status
-        if status is TaskStatus.INPUT_REQUIRED and mode is ApprovalMode.BROWSER:
+        asking = view.pending is not None and view.pending.questions is not None
+        if status is TaskStatus.INPUT_REQUIRED and mode is ApprovalMode.BROWSER and not asking:
             return TaskStatus.WORKING  # only the page decides: nothing to ask the client
         return status
 
@@ -191,7 +193,11 @@ class Tasks:
         mode = self.modes.for_principal(view.principal_id)
         task = self._task(view, mode)
         status = TaskStatus(task["status"])
-        if status is TaskStatus.INPUT_REQUIRED:
+        if status is TaskStatus.INPUT_REQUIRED and view.pending and view.pending.questions:
+            # The tool's own questions still open, keyed as it keyed them (an answered one
+            # is gone from the map: a client may answer them one at a time).
+            task["inputRequests"] = dict(view.pending.questions)
+        elif status is TaskStatus.INPUT_REQUIRED:
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
                     message=prompt(view, self.approval_url(view)), requested_schema=DECISION_FORM
@@ -225,6 +231,16 @@ class Tasks:
         mode = self.modes.for_principal(view.principal_id)
         if view.pending is None or self._status(view, mode) is not TaskStatus.INPUT_REQUIRED:
             return {"resultType": "complete"}  # nothing outstanding: ignored
+        if view.pending.questions is not None:
+            who = ClientPrompt(view.principal_id, Door.TASK, mode, client_of(ctx))
+            answers = Answers(view.id, dict(params.input_responses), call=view.pending.seq)
+            try:  # the task goes on in the background; tasks/get tells what came of it
+                await self.decisions.answer(who, answers, budget=0)
+            except InvalidExecutionInput as exc:
+                raise MCPError(code=types.INVALID_PARAMS, message=exc.message) from None
+            except LockgateError:
+                pass  # answered meanwhile through another door: the task shows what happened
+            return {"resultType": "complete"}
         answer = params.input_responses.get(_key(view))
         action = answer.get("action") if isinstance(answer, dict) else None
         if isinstance(answer, dict) and action in ("accept", "decline"):

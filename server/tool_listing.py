@@ -13,6 +13,7 @@ from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from lockgate.machine.tools.admin_source import ADDERS, LIST, REMOVE
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.tools.tool_details import details
+from lockgate.server.tool_arguments import MAX_ANSWERS
 
 #: What `execute`'s schema tells a client about the key.
 IDEMPOTENCY_KEY_HELP = (
@@ -171,6 +172,14 @@ RESUME_HELP = {
 }
 
 
+#: What `resume`'s answers are for.
+ANSWERS_HELP = (
+    "Instead of an action: the user's answers to what a paused call's tool asked them "
+    "(interaction.kind questions), one per question key, each "
+    '{"action": "accept", "content": {...}} (or decline / cancel).'
+)
+
+
 def tool_list(
     registry: ToolRegistry,
     policy: Policy,
@@ -209,6 +218,19 @@ def tool_list(
                     "executionId": {"type": "string"},
                     "action": {"type": "string", "enum": actions},
                     "content": {"description": "Optional data sent with the decision."},
+                    "answers": {
+                        "type": "object",
+                        "description": ANSWERS_HELP,
+                        "maxProperties": MAX_ANSWERS,
+                        "additionalProperties": {
+                            "type": "object",
+                            "properties": {
+                                "action": {"enum": ["accept", "decline", "cancel"]},
+                                "content": {"type": "object"},
+                            },
+                            "required": ["action"],
+                        },
+                    },
                 },
                 "required": ["executionId"],
                 "additionalProperties": False,

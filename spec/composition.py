@@ -62,6 +62,18 @@ EXECUTION_WITH_TOOL_CALL = Composition(
             description="Decline or cancel: the call will raise inside the code, which goes on.",
         ),
         JointStep(
+            name="asked",
+            steps=(("tool_call", "ask"), ("execution", "pause")),
+            description="The tool asked its user for values: its questions commit with the "
+            "execution's pause (the call's intent committed before it ran).",
+        ),
+        JointStep(
+            name="resume_answered",
+            steps=(("tool_call", "answer"), ("execution", "resume")),
+            description="The last open question is answered: the call is approved to be sent "
+            "again, with the answers, and the execution claimed to go on.",
+        ),
+        JointStep(
             name="expire",
             steps=(("tool_call", "expire"), ("execution", "expire")),
             description="The deadline passed: both records expire together.",

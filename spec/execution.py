@@ -60,8 +60,9 @@ EXECUTION = MachineSpec(
         ),
         StateSpec(
             name=S.WAITING_FOR_INTERACTION,
-            description="Paused on a tool call that needs a person's decision; the snapshot "
-            "and the pending call are stored, no process holds it.",
+            description="Paused on a tool call that needs a person's decision, or whose tool "
+            "asked its user for values; the snapshot and the pending call are stored, no "
+            "process holds it.",
             on_crash=durable_wait("Everything needed to go on is in the row."),
         ),
         StateSpec(name=S.COMPLETED, description="The code returned a result.", terminal=True),
@@ -73,7 +74,7 @@ EXECUTION = MachineSpec(
         StateSpec(name=S.CANCELLED, description="Cancelled by its principal.", terminal=True),
         StateSpec(
             name=S.EXPIRED,
-            description="No decision arrived before the approval deadline.",
+            description="No decision (or answer) arrived before the deadline.",
             terminal=True,
         ),
         StateSpec(
@@ -104,8 +105,9 @@ EXECUTION = MachineSpec(
             source=(S.RUNNING,),
             dest=S.WAITING_FOR_INTERACTION,
             effects=("store_snapshot", "set_deadline", "release_owner"),
-            description="A call needs approval: snapshot, pending call and deadline are "
-            "stored in the same transaction as the tool call's request_approval.",
+            description="A call needs approval, or its tool asked for values: snapshot, "
+            "pending call and deadline are stored in the same transaction as the tool call's "
+            "request_approval (or ask).",
         ),
         TransitionSpec(
             event="resume",
@@ -113,8 +115,9 @@ EXECUTION = MachineSpec(
             dest=S.RUNNING,
             unless=("deadline_passed",),
             effects=("claim_owner",),
-            description="A decision arrived in time; the claiming instance loads the snapshot "
-            "and goes on (the tool call is approved or declined in the same transaction).",
+            description="A decision (or the last answer) arrived in time; the claiming "
+            "instance loads the snapshot and goes on (the tool call is approved, declined or "
+            "answered in the same transaction).",
         ),
         TransitionSpec(
             event="complete",

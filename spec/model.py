@@ -123,6 +123,9 @@ class TransitionSpec(Frozen):
     waits_for_disk: bool = True
     #: This edge uses up a person's decision; the checker proves it happens at most once.
     consumes_approval: bool = False
+    #: This edge ends a dispatch whose tool did not act (it asked its user for values
+    #: first, by contract): the checker counts no effect for that dispatch.
+    effect_not_made: bool = False
 
     def edges(self) -> tuple[tuple[str, str], ...]:
         return tuple((s, self.dest) for s in self.source)

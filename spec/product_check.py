@@ -134,7 +134,9 @@ def check_composition(comp: Composition, machines: Mapping[str, MachineSpec]) ->
                         p,
                         label,
                     )
-                nxt = replace(nxt, call=t.dest, approvals=min(approvals, 2))
+                # A dispatch that ended in a question made no effect (the tool asks first).
+                dispatches = 0 if t.effect_not_made else nxt.dispatches
+                nxt = replace(nxt, call=t.dest, approvals=min(approvals, 2), dispatches=dispatches)
         return nxt
 
     def with_effect(p: Pair, t: TransitionSpec, label: str) -> Pair:

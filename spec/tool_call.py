@@ -20,6 +20,7 @@ from lockgate.spec.model import (
 class ToolCallStatus(StrEnum):
     REQUESTED = "requested"
     AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_INPUT = "awaiting_input"
     APPROVED = "approved"
     DECLINED = "declined"
     BLOCKED = "blocked"
@@ -79,6 +80,13 @@ TOOL_CALL = MachineSpec(
             name=S.AWAITING_APPROVAL,
             description="Waiting for a person's decision; stored with the paused execution.",
             on_crash=durable_wait("The decision can arrive at any instance, at any time."),
+        ),
+        StateSpec(
+            name=S.AWAITING_INPUT,
+            description="The tool asked its user for values before it would go on (its "
+            "questions, and the answers so far, are stored with the paused execution); once "
+            "every question is answered it is sent again with the answers.",
+            on_crash=durable_wait("The answers can arrive at any instance, at any time."),
         ),
         StateSpec(
             name=S.APPROVED,
@@ -175,16 +183,44 @@ TOOL_CALL = MachineSpec(
         ),
         TransitionSpec(
             event="expire",
-            source=(S.AWAITING_APPROVAL,),
+            source=(S.AWAITING_APPROVAL, S.AWAITING_INPUT),
             dest=S.EXPIRED,
             conditions=("deadline_passed",),
-            description="The deadline passed with no decision.",
+            description="The deadline passed with no decision (or its questions unanswered).",
         ),
         TransitionSpec(
             event="withdraw",
-            source=(S.AWAITING_APPROVAL,),
+            source=(S.AWAITING_APPROVAL, S.AWAITING_INPUT),
             dest=S.WITHDRAWN,
-            description="Its paused execution was cancelled before anyone decided.",
+            description="Its paused execution was cancelled before anyone decided or answered.",
+        ),
+        TransitionSpec(
+            event="ask",
+            source=(S.DISPATCHED,),
+            dest=S.AWAITING_INPUT,
+            effects=("store_questions",),
+            effect_not_made=True,
+            description="The tool asked its user for values instead of answering (it made no "
+            "effect: a tool asks before it acts); its questions are stored with the "
+            "execution's pause.",
+        ),
+        TransitionSpec(
+            event="take_answers",
+            source=(S.AWAITING_INPUT,),
+            dest=S.AWAITING_INPUT,
+            unless=("deadline_passed",),
+            effects=("store_answers",),
+            description="Answers to some of its questions arrived in time; it waits for the "
+            "rest (a client may answer them one at a time).",
+        ),
+        TransitionSpec(
+            event="answer",
+            source=(S.AWAITING_INPUT,),
+            dest=S.APPROVED,
+            unless=("deadline_passed",),
+            effects=("store_answers",),
+            description="The last open question was answered in time: the call is sent again, "
+            "with every answer, in the execution's resume.",
         ),
         TransitionSpec(
             event="dispatch",

@@ -31,6 +31,8 @@ class CallLine(NamedTuple):
     status: str
     #: Only for the call the execution is paused on: None for every other.
     arguments_preview: JsonValue
+    #: What its tool asked its user and the answers so far, for the call paused on only.
+    input: JsonValue = None
 
 
 class TaskLine(NamedTuple):
@@ -43,15 +45,15 @@ class TaskLine(NamedTuple):
 
 
 @cache
-def _call_lines() -> Select[int, str, str, JsonValue]:
+def _call_lines() -> Select[int, str, str, JsonValue, JsonValue]:
     """Built once (the first view), not at import: a statement per view would be compiled
     again each time (SQLAlchemy caches by the statement's shape, but building it costs)."""
     columns = ToolCall.__table__.c  # type: ignore[attr-defined]
-    preview = case(
-        (columns.seq == bindparam("paused_on"), columns.arguments_preview), else_=None
-    ).label("arguments_preview")
+    paused_on = columns.seq == bindparam("paused_on")
+    preview = case((paused_on, columns.arguments_preview), else_=None).label("arguments_preview")
+    asked = case((paused_on, columns.input), else_=None).label("input")
     return (
-        core_select(columns.seq, columns.tool, columns.status, preview)
+        core_select(columns.seq, columns.tool, columns.status, preview, asked)
         .where(columns.execution_id == bindparam("execution_id"))
         .order_by(columns.seq)
     )
@@ -126,8 +128,8 @@ class ExecutionQueries(Queries):
                 return None
             paused_on = row.snapshot_call if row.status == E.WAITING_FOR_INTERACTION else None
             lines = [
-                CallLine(seq, tool, status, preview)
-                for seq, tool, status, preview in s.execute(
+                CallLine(seq, tool, status, preview, asked)
+                for seq, tool, status, preview, asked in s.execute(
                     _call_lines(), {"execution_id": execution_id, "paused_on": paused_on}
                 )
             ]

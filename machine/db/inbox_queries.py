@@ -7,19 +7,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from sqlalchemy import and_
 from sqlmodel import col, select
 
 from lockgate.machine.db.queries import Queries
-from lockgate.machine.db.schema import Execution
+from lockgate.machine.db.schema import Execution, ToolCall
 from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 
 
 class InboxQueries(Queries):
     def waiting(self, principals: Sequence[str] | None, limit: int) -> list[tuple[str, str]]:
-        """Up to `limit` paused executions of `principals` (None: of every principal), the
-        newest first, as (execution id, principal)."""
-        query = select(Execution.id, Execution.principal_id).where(
-            Execution.status == E.WAITING_FOR_INTERACTION
+        """Up to `limit` executions of `principals` (None: of every principal) paused on a
+        call that waits for approval, the newest first, as (execution id, principal). One
+        whose tool asked its user questions is not there: those are the client's to answer."""
+        query = (
+            select(Execution.id, Execution.principal_id)
+            .join(
+                ToolCall,
+                and_(
+                    col(ToolCall.execution_id) == col(Execution.id),
+                    col(ToolCall.seq) == col(Execution.snapshot_call),
+                ),
+            )
+            .where(
+                Execution.status == E.WAITING_FOR_INTERACTION,
+                ToolCall.status == C.AWAITING_APPROVAL,
+            )
         )
         if principals is not None:
             query = query.where(col(Execution.principal_id).in_(list(principals)))

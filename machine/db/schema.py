@@ -232,8 +232,7 @@ class ToolCall(SQLModel, table=True):
     status: str = Field(max_length=32)
     version: int = 0
     idempotent: bool = False
-    #: The validated arguments, as the code passed them (dispatch needs them after a
-    #: restart). Secrets never reach code, so they never reach these.
+    #: The validated arguments (dispatch needs them after a restart); never secrets.
     arguments: JsonValue = Field(default=None, sa_column=_json())
     #: Redacted, size-limited arguments, for the approver and the audit trail.
     arguments_preview: JsonValue = Field(default=None, sa_column=_json())
@@ -241,6 +240,7 @@ class ToolCall(SQLModel, table=True):
     decision: JsonValue = Field(default=None, sa_column=_json())
     decided_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     result: JsonValue = Field(default=None, sa_column=_json())
+    input: JsonValue = Field(default=None, sa_column=_json())  # machine.tools.questions
     attempts: int = 0
     created_at: datetime = Field(sa_column=_when())
     updated_at: datetime = Field(sa_column=_when())

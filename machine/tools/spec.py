@@ -37,6 +37,7 @@ from lockgate.machine.tools.call_notices import (
     ProgressNotice,
     nobody,
 )
+from lockgate.machine.tools.questions import Answer, Question, ask
 from lockgate.machine.tools.schema import check_schema, property_schemas, schema_validator
 from lockgate.machine.tools.signatures import notes, ordered_parameters, parameter, qualify
 
@@ -117,6 +118,9 @@ class ToolSpec(BaseModel):
     listing does not show them): an operation's description and tags, bounded."""
     task_support: TaskSupport = TaskSupport.OPTIONAL
     """Whether a direct call may be answered with a task (`TaskSupport`)."""
+    asks: bool = False
+    """Whether the tool may ask its user for values (`ToolContext.ask`): its call is then
+    journaled before it runs, never made at once, so its questions can pause it."""
     owner: str | None = None
     """The principal who added the tool's source (None: the operator's). Its calls read only
     that principal's secrets and reach only public addresses, and policy rules name it as
@@ -236,6 +240,8 @@ class ToolContext:
     principal_id: str
     #: Where what the tool says while it runs goes (`machine.tools.call_notices`).
     notify: Listener = field(default=nobody, repr=False)
+    #: The answers its user gave to what this call asked before (`ask`), by question key.
+    answers: Mapping[str, JsonValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A read-only copy: a tool must not be able to change what the next call sees.
@@ -252,6 +258,16 @@ class ToolContext:
     ) -> None:
         """How far the call is, for a client that asked to hear it (its progressToken)."""
         self.notify(ProgressNotice(progress, total, message))
+
+    def ask(
+        self, questions: Mapping[str, Question], *, before_task: bool = False
+    ) -> dict[str, Answer]:
+        """The user's answers to `questions` (by key); until every one is answered, the call
+        stops here and its execution waits for them (`machine.tools.questions`): ask before
+        acting, the same questions each time. `before_task`: the answers are needed before
+        the call is worth a task, so a client that speaks both is asked on the call itself
+        (an `input_required` round) and the task is made once they come."""
+        return ask(self.answers, questions, before_task)
 
 
 class Tool(Protocol):

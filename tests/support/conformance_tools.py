@@ -21,6 +21,7 @@ from pydantic import JsonValue
 from lockgate.machine.policy import PolicyDecision
 from lockgate.machine.tools import Tool, ToolContext, ToolFailed, ToolSpec
 from lockgate.machine.tools.spec import TaskSupport
+from tests.support.conformance_questions import asking_tools
 
 SOURCE = "conformance"
 #: A 1x1 PNG and a minimal WAV, as the suite's reference server sends them.
@@ -233,6 +234,7 @@ class ConformanceSource:
             for name, (description, answer) in ANSWERS.items()
         ]
         self._tools.append(ConfirmDelete(Path(effects) if effects else None))
+        self._tools.extend(asking_tools())
         for name, steps, done in (
             ("test_tool_with_logging", _logging, "Logged three messages."),
             ("test_tool_with_progress", _progress, "Reported progress to 100 of 100."),
