@@ -45,6 +45,11 @@ from lockgate.simulation.scenario_people import (
     person_enrols_and_decides,
     person_signs_in_and_out,
 )
+from lockgate.simulation.scenario_questions import (
+    tool_asks,
+    tool_asks_cancelled,
+    tool_asks_expired,
+)
 from lockgate.simulation.scenario_recovery import (
     conservative_approval,
     conservative_recovery,
@@ -188,6 +193,24 @@ _CATALOG: tuple[Scenario, ...] = (
         "Nobody decides before the deadline.",
         approval_expired,
         real_process_settings={"approval_ttl": "2"},
+        portable=False,
+    ),
+    Scenario(
+        "tool_asks",
+        "A tool asks its user two things; answered one at a time, then it writes.",
+        tool_asks,
+        portable=False,
+    ),
+    Scenario(
+        "tool_asks_cancelled",
+        "A tool asks its user; the execution is cancelled while it waits.",
+        tool_asks_cancelled,
+        portable=False,
+    ),
+    Scenario(
+        "tool_asks_expired",
+        "A tool asks its user; nobody answers before the deadline.",
+        tool_asks_expired,
         portable=False,
     ),
     Scenario(

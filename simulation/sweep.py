@@ -188,6 +188,14 @@ def run_plan(
     )
 
 
+#: The tool call's edges only a tool that asks its user (`ToolContext.ask`) takes.
+ASKING_EVENTS = ("ask", "take_answers", "answer")
+
+
+def asking_only(point: CrashPoint) -> bool:
+    return point.event in ASKING_EVENTS or point.source == "awaiting_input"
+
+
 @dataclass
 class SweepReport:
     runs: list[RunResult] = field(default_factory=list)
@@ -204,12 +212,13 @@ class SweepReport:
         ]
 
     def unreached_over_http(self) -> list[CrashPoint]:
-        """The tool call crash points no scenario over HTTP (the OpenAPI source) reached."""
+        """The tool call crash points no scenario over HTTP (the OpenAPI source) reached,
+        but for those only a tool that asks its user reaches (an operation never asks)."""
         over_http = {s.name for s in CATALOG if s.over_http}
         return [
             p
             for p in every_crash_point(MACHINES["tool_call"])
-            if not self.coverage.get(p, set()) & over_http
+            if not asking_only(p) and not self.coverage.get(p, set()) & over_http
         ]
 
     def crashes_fired(self) -> int:

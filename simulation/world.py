@@ -31,6 +31,7 @@ from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.views import ExecutionView
 from lockgate.simulation.canary import TOKEN_SECRET as CANARY_TOKEN
 from lockgate.simulation.canary import CanarySource
+from lockgate.simulation.desk import DeskSource
 from lockgate.simulation.http_notes import SOURCE as HTTP_SOURCE
 from lockgate.simulation.http_notes import notes_api
 from lockgate.simulation.webhook_endpoint import WebhookEndpoint
@@ -137,6 +138,7 @@ class World:
             sources=[
                 self.notes,
                 CanarySource(),
+                DeskSource(self.notes),
                 *([self.http_api.source(self.world_id)] if self.http_api else []),
             ],
             faults=self.faults,
@@ -200,6 +202,10 @@ class Client:
 
     def get(self, execution_id: str) -> ExecutionView:
         return self.runtime.engine.get(execution_id, self.principal)
+
+    def answer(self, execution_id: str, answers: dict[str, JsonValue]) -> ExecutionView:
+        """Answers to what the paused call's tool asked (as any door gives them)."""
+        return self.runtime.engine.answers.give(execution_id, self.principal, answers)
 
     def remember(self, key: str, compute: Any) -> Any:
         """Do `compute` once; after a crash the client knows the answer if it got one."""
