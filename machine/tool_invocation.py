@@ -21,6 +21,7 @@ from lockgate.machine.tools.call_notices import (
     Listener,
     LogNotice,
     ProgressNotice,
+    StreamRelease,
     nobody,
 )
 from lockgate.machine.tools.questions import InputNeeded
@@ -100,6 +101,8 @@ def invoke(
 
 
 def _scrubbed(notice: CallNotice, redactor: Redactor) -> CallNotice:
+    if isinstance(notice, StreamRelease):
+        return notice  # says nothing
     if isinstance(notice, LogNotice):
         return LogNotice(notice.level, redactor.redact(to_json(notice.data)))
     message = redactor.redact_text(notice.message) if notice.message is not None else None

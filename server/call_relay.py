@@ -3,6 +3,9 @@ log messages as `notifications/message`, at the level the session asked for (a 2
 is kept on its row by `logging/setLevel`; a 2026-07-28 request asks in its own `_meta`, which
 the SDK honours), and progress as `notifications/progress` when the request carried a
 `progressToken`. Best effort, as MCP's notifications are (`machine.tools.call_notices`).
+A tool that will run long may let the request's stream go (`ToolContext.release_stream`,
+SEP-1699): the stream is closed after its priming event, and the client reconnects with
+Last-Event-ID for the answer, which the session's replay log holds.
 
 The tool runs on a worker thread; its notices cross to the event loop in order, through one
 queue that a single task drains, and the request answers only once the queue is empty, so a
@@ -21,7 +24,13 @@ import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
 
-from lockgate.machine.tools.call_notices import LEVELS, CallNotice, Listener, LogNotice
+from lockgate.machine.tools.call_notices import (
+    LEVELS,
+    CallNotice,
+    Listener,
+    LogNotice,
+    StreamRelease,
+)
 from lockgate.server.input_required import STATELESS
 
 log = logging.getLogger("lockgate.mcp")
@@ -56,7 +65,12 @@ async def relayed(
         return _wanted(level, floor[0])
 
     async def send(notice: CallNotice) -> None:
-        if isinstance(notice, LogNotice):
+        if isinstance(notice, StreamRelease):
+            # Only where the client can come back for the answer: the SDK offers the close
+            # on a resumable stream (an event store, a client of 2025-11-25 or later).
+            if ctx.close_sse_stream is not None:
+                await ctx.close_sse_stream()
+        elif isinstance(notice, LogNotice):
             if await wanted(notice.level):
                 await ctx.session.send_log_message(
                     level=notice.level,  # type: ignore[arg-type]  # checked: one of LEVELS

@@ -37,7 +37,13 @@ class ProgressNotice:
     message: str | None = None
 
 
-CallNotice = LogNotice | ProgressNotice
+@dataclass(frozen=True)
+class StreamRelease:
+    """The tool will run long: the request's stream may be let go now (SEP-1699), and the
+    client polls for the answer (it reconnects with Last-Event-ID)."""
+
+
+CallNotice = LogNotice | ProgressNotice | StreamRelease
 Listener = Callable[[CallNotice], None]
 
 

@@ -35,6 +35,7 @@ from lockgate.machine.tools.call_notices import (
     Listener,
     LogNotice,
     ProgressNotice,
+    StreamRelease,
     nobody,
 )
 from lockgate.machine.tools.questions import Answer, Question, ask
@@ -258,6 +259,12 @@ class ToolContext:
     ) -> None:
         """How far the call is, for a client that asked to hear it (its progressToken)."""
         self.notify(ProgressNotice(progress, total, message))
+
+    def release_stream(self) -> None:
+        """The call will run long: its client may be let go of the connection it waits on,
+        to come back for the answer (MCP's SSE polling, SEP-1699; a client that cannot, or
+        a request that needs no stream, keeps waiting as before)."""
+        self.notify(StreamRelease())
 
     def ask(
         self, questions: Mapping[str, Question], *, before_task: bool = False

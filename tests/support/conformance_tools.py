@@ -214,6 +214,29 @@ class ConfirmDelete:
         return f"Deleted {arguments['filename']}."
 
 
+@dataclass
+class Reconnection:
+    """The suite's test_reconnection: lets its request's stream go (SEP-1699) and answers;
+    the client reconnects with Last-Event-ID for the answer."""
+
+    spec: ToolSpec = field(
+        default_factory=lambda: ToolSpec(
+            source=SOURCE,
+            name="test_reconnection",
+            description="Closes its call's stream mid-call; the client polls for the answer",
+            parameters=NO_ARGUMENTS,
+            idempotent=True,
+            default_policy=PolicyDecision.APPROVE,
+        )
+    )
+
+    def call(self, arguments: dict[str, JsonValue], context: ToolContext) -> JsonValue:
+        # The relay lets every notice out before the answer, so the stream is gone by the
+        # time this answers: only the client's reconnect finds the answer.
+        context.release_stream()
+        return "Reconnection test completed successfully"
+
+
 class ConformanceSource:
     name = SOURCE
 
@@ -235,6 +258,7 @@ class ConformanceSource:
         ]
         self._tools.append(ConfirmDelete(Path(effects) if effects else None))
         self._tools.extend(asking_tools())
+        self._tools.append(Reconnection())
         for name, steps, done in (
             ("test_tool_with_logging", _logging, "Logged three messages."),
             ("test_tool_with_progress", _progress, "Reported progress to 100 of 100."),
