@@ -74,9 +74,28 @@ class CallAnswers:
         expected_call: int | None = None,
     ) -> ExecutionView:
         """Apply the answers in `responses` (by question key) to the call the execution
-        waits on (with `expected_call`: only if it is that call). Keys that name no open
-        question are ignored (answered already, or never asked), as MCP has a server do;
-        an answer that does not fit its question is refused in words, nothing stored."""
+        waits on (with `expected_call`: only if it is that call), and once the last one is
+        in, run the execution on. Keys that name no open question are ignored (answered
+        already, or never asked), as MCP has a server do; an answer that does not fit its
+        question is refused in words, nothing stored."""
+        view, go_on = self.take(execution_id, principal_id, responses, expected_call=expected_call)
+        if go_on is None:
+            return view
+        go_on()
+        return self.reads.view(execution_id)
+
+    def take(
+        self,
+        execution_id: str,
+        principal_id: str,
+        responses: Mapping[str, JsonValue],
+        *,
+        expected_call: int | None = None,
+    ) -> tuple[ExecutionView, Callable[[], None] | None]:
+        """What `give` stores, without running the execution on: the view as stored, and,
+        once the last answer is in, what runs it on (the caller's to run, or to leave
+        running in the background: a client that answers is told at once that its answers
+        are stored, or why they are refused, before the code goes on)."""
         for _ in range(ATTEMPTS):
             row = self._expire_if_due(self.reads.owned(execution_id, principal_id))
             if row.status == E.EXPIRED:
@@ -110,7 +129,7 @@ class CallAnswers:
                         "shows each question's schema).",
                     )
             if not given:
-                return self.reads.view(row.id)
+                return self.reads.view(row.id), None
             ex, call = record_of(row), record_of(call_row)
             facts = {"answers": given, "deadline": row.deadline}
             if len(given) < len(asked):
@@ -118,7 +137,7 @@ class CallAnswers:
                     self.write.apply(Step(call, "take_answers", facts))
                 except (Conflict, GuardRefused, IllegalTransition):
                     continue  # another answer came first: read again, apply what is open
-                return self.reads.view(row.id)
+                return self.reads.view(row.id), None
             snapshot = row.snapshot
             if snapshot is None:
                 raise RuntimeError(f"paused execution {row.id} has no snapshot")
@@ -131,11 +150,14 @@ class CallAnswers:
                 )
             except (Conflict, GuardRefused, IllegalTransition):
                 continue
-            self._go_on(ex, call, snapshot)
-            return self.reads.view(row.id)
-        return self.reads.view(execution_id)
+            return self.reads.view(row.id), self._go_on(ex, call, snapshot)
+        return self.reads.view(execution_id), None
 
-    def _go_on(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> None:
-        """Run the execution on from its pause: the answered call is made again first."""
+    def _go_on(self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes) -> Callable[[], None]:
+        """What runs the execution on from its pause: the answered call is made again first."""
         seq = call.typed.seq
-        self.driver.drive(ex, lambda: (self.dispatcher.advance(ex, call, snapshot), seq))
+
+        def go_on() -> None:
+            self.driver.drive(ex, lambda: (self.dispatcher.advance(ex, call, snapshot), seq))
+
+        return go_on

@@ -269,17 +269,30 @@ class ExecutionRunner:
         budget: float | None = None,
     ) -> ExecutionView | Running:
         """Answers to what the paused call's tool asked (`machine.call_answers`); once the
-        last one is in, the execution runs on, within the budget (`budget`: another)."""
+        last one is in, the execution runs on, within the budget (`budget`: another). The
+        answers are stored, or refused, before this returns, whatever the budget: a client
+        told `running` (or a task's update acknowledged) reads them back at once."""
         engine = self.runtime.engine
         self.in_flight.claim(principal)
-        return await self._within_budget(
-            lambda: engine.answers.give(
-                execution_id, principal, responses, expected_call=expected_call
-            ),
-            execution_id,
-            principal,
-            budget,
-        )
+        try:
+            view, go_on = await to_thread.run_sync(
+                lambda: engine.answers.take(
+                    execution_id, principal, responses, expected_call=expected_call
+                )
+            )
+        except BaseException:
+            self.in_flight.release(principal)
+            raise
+        if go_on is None:
+            self.in_flight.release(principal)
+            return view
+
+        def run_on() -> ExecutionView:
+            go_on()
+            return engine.get(execution_id, principal)
+
+        # The place claimed above passes to the work that runs the code on.
+        return await self._within_budget(run_on, execution_id, principal, budget)
 
     async def wait(self, principal: str, execution_id: str) -> ExecutionView | Running:
         """The execution's outcome, waiting up to the budget while it is running."""
