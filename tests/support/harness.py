@@ -32,6 +32,7 @@ from pathlib import Path
 
 from lockgate.simulation.invariants import Violation
 from lockgate.spec import MACHINES, MachineSpec
+from lockgate.spec import ToolCallStatus as C
 from tests.support.lifecycle import checks
 from tests.support.lifecycle.choices import Choices, pick
 from tests.support.lifecycle.client import Client
@@ -39,6 +40,8 @@ from tests.support.lifecycle.deployment import APPROVAL_TTL, Deployment
 from tests.support.lifecycle.execution_drivers import (
     ExecutionActions,
     accept,
+    answer_all,
+    answer_one,
     cancel,
     crash_in_doubt,
     crash_interrupt,
@@ -47,6 +50,7 @@ from tests.support.lifecycle.execution_drivers import (
     crash_withdraw,
     decline,
     expire,
+    run_asking,
     run_auto,
     run_blocked,
     run_calls,
@@ -192,6 +196,9 @@ DRIVERS: Mapping[tuple[str, str], Driver] = {
     ("tool_call", "withdraw_on_crash"): crash_withdraw,
     ("tool_call", "redispatch"): crash_redispatch,
     ("tool_call", "mark_in_doubt"): crash_in_doubt,
+    ("tool_call", "ask"): run_asking,
+    ("tool_call", "take_answers"): answer_one,
+    ("tool_call", "answer"): answer_all,
     ("instance", "heartbeat"): heartbeat,
     ("instance", "drain"): graceful_restart,
     ("instance", "stop"): graceful_restart,
@@ -215,13 +222,17 @@ def _has_paused(h: Harness) -> bool:
     return bool(h.waiting)
 
 
+def _has_approvals(h: Harness) -> bool:
+    return bool(h.client.awaiting(C.AWAITING_APPROVAL))
+
+
 #: When a driver can do something at all (it does nothing otherwise); the generated rules
 #: use these as preconditions, so no step is spent on a rule that cannot act.
 PRECONDITIONS: Mapping[tuple[str, str], Callable[[Harness], bool]] = {
-    ("execution", "resume"): _has_paused,
+    ("execution", "resume"): _has_approvals,
     ("execution", "expire"): _has_paused,
-    ("tool_call", "approve"): _has_paused,
-    ("tool_call", "decline"): _has_paused,
+    ("tool_call", "approve"): _has_approvals,
+    ("tool_call", "decline"): _has_approvals,
     ("tool_call", "expire"): _has_paused,
     ("tool_call", "withdraw"): _has_paused,
 }

@@ -18,6 +18,7 @@ from lockgate.machine.engine import Action
 from lockgate.simulation.invariants import Violation, check_all, history
 from lockgate.simulation.world import CANARY
 from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 from tests.support.lifecycle.client import Client
 from tests.support.lifecycle.deployment import Deployment
 from tests.support.lifecycle.programs import ALSO_LEGITIMATE, ANY
@@ -29,13 +30,16 @@ def _error_code(outcome: Mapping[str, object]) -> object:
 
 
 def decisions(engine: Engine) -> dict[str, tuple[str, ...]]:
-    """Per execution, the decisions recorded on its calls in call order."""
+    """Per execution, the decisions recorded on its calls in call order ("answered" for a
+    call that asked its user and got every answer)."""
     with Session(engine) as s:
         calls = list(s.exec(select(ToolCall).order_by(col(ToolCall.seq))))
     out: dict[str, list[str]] = {}
     for call in calls:
         decision = call.decision
-        if isinstance(decision, dict):
+        if call.input is not None and call.status not in (C.AWAITING_INPUT, C.WITHDRAWN, C.EXPIRED):
+            out.setdefault(call.execution_id, []).append("answered")
+        elif isinstance(decision, dict):
             action = decision.get("action")
             out.setdefault(call.execution_id, []).append(
                 "accept" if action == Action.ACCEPT else "decline"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
-from lockgate.machine.db.schema import Execution
+from lockgate.machine.db.schema import Execution, ToolCall
 from lockgate.simulation.inbox import Inbox
 from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 from tests.support.lifecycle.deployment import Deployment
 from tests.support.lifecycle.programs import PROGRAM_BY_CODE, Program
 
@@ -44,6 +45,19 @@ class Client:
         """The known executions waiting for a decision, in the order the client learned them."""
         stored = self.statuses()
         return [i for i in self.executions if stored.get(i) == E.WAITING_FOR_INTERACTION]
+
+    def awaiting(self, status: C) -> list[str]:
+        """The known paused executions whose call waits in `status`: a person's decision
+        (`awaiting_approval`) or its user's answers (`awaiting_input`)."""
+        with Session(self.deployment.engine) as s:
+            waiting = set(
+                s.exec(
+                    select(Execution.id)
+                    .join(ToolCall, ToolCall.execution_id == Execution.id)  # type: ignore[arg-type]
+                    .where(ToolCall.seq == Execution.snapshot_call, ToolCall.status == status)
+                ).all()
+            )
+        return [i for i in self.paused() if i in waiting]
 
     def discover(self) -> None:
         """Executions stored by an action cut off before the client got the id (it finds

@@ -19,12 +19,15 @@ from lockgate.machine.execution_errors import ExecutionExpired
 from lockgate.machine.runtime import Runtime
 from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 from lockgate.spec import ExecutionStatus as E
+from lockgate.spec import ToolCallStatus as C
 from tests.support.lifecycle.choices import Choices, pick, pick_int
 from tests.support.lifecycle.client import Client
 from tests.support.lifecycle.deployment import APPROVAL_TTL, PRINCIPAL, Deployment
 from tests.support.lifecycle.programs import (
+    ANSWERS,
     AUTO_PROGRAMS,
     CALLING_PROGRAMS,
+    COMPOSE,
     DELETE_BLOCKED,
     FAILING_PROGRAMS,
     LIST_ONCE,
@@ -73,7 +76,7 @@ class ExecutionActions:
     def decide(self, data: Choices, action: Action) -> None:
         """A person's decision on a paused execution (nothing when none is paused)."""
         d, client = self.deployment, self.client
-        paused = client.paused()
+        paused = client.awaiting(C.AWAITING_APPROVAL)
         if not paused:
             return
         execution_id = pick(data, paused, "paused execution")
@@ -90,6 +93,31 @@ class ExecutionActions:
                     )
 
         d.act(runtime, resume)
+
+    def answer(self, data: Choices, *, every: bool) -> None:
+        """Answer what a paused call's tool asked: every open question at once, or one of
+        them (nothing when no call asks)."""
+        d, client = self.deployment, self.client
+        asking = client.awaiting(C.AWAITING_INPUT)
+        if not asking:
+            return
+        execution_id = pick(data, asking, "asking execution")
+        runtime = d.pick_runtime(data)
+
+        def give() -> None:
+            pending = runtime.engine.get(execution_id, PRINCIPAL).pending
+            open_keys = sorted((pending.questions or {}) if pending is not None else {})
+            keys = open_keys if every or not open_keys else [pick(data, open_keys, "question")]
+            d.note(f"{runtime.settings.instance_name}: answer {execution_id} {keys}")
+            try:
+                runtime.engine.answers.give(execution_id, PRINCIPAL, {k: ANSWERS[k] for k in keys})
+            except ExecutionExpired:
+                if not client.overdue(execution_id):
+                    client.problems.append(
+                        f"answers to {execution_id} said expired before its deadline"
+                    )
+
+        d.act(runtime, give)
 
     def cancel(self, data: Choices, *, queued: bool) -> None:
         """Cancel a queued execution (submitted, not yet run), or a paused one."""
@@ -277,6 +305,25 @@ def run_pausing(h: Harness, data: Choices) -> None:
     h.calls.execute(data, pick(data, PAUSING_PROGRAMS, "program"))
 
 
+def run_asking(h: Harness, data: Choices) -> None:
+    """Code whose tool asks its user before it acts: ask."""
+    h.calls.execute(data, COMPOSE)
+
+
+def answer_one(h: Harness, data: Choices) -> None:
+    """One of a call's two questions answered (asked first when nothing asks): take_answers."""
+    if not h.client.awaiting(C.AWAITING_INPUT):
+        run_asking(h, data)
+    h.calls.answer(data, every=False)
+
+
+def answer_all(h: Harness, data: Choices) -> None:
+    """What is still open answered at once (asked first when nothing asks): answer."""
+    if not h.client.awaiting(C.AWAITING_INPUT):
+        run_asking(h, data)
+    h.calls.answer(data, every=True)
+
+
 def accept(h: Harness, data: Choices) -> None:
     h.calls.decide(data, Action.ACCEPT)
 
@@ -333,7 +380,8 @@ def crash_redispatch(h: Harness, data: Choices) -> None:
 def crash_in_doubt(h: Harness, data: Choices) -> None:
     """Crash with a call dispatched that may not be repeated: an approved write, or any call
     under conservative recovery. It ends in doubt and its execution interrupted."""
-    options = ["conservative", "approved write"] if h.client.paused() else ["conservative"]
+    approvable = h.client.awaiting(C.AWAITING_APPROVAL)
+    options = ["conservative", "approved write"] if approvable else ["conservative"]
     if pick(data, options, "what is in doubt") == "approved write":
         h.calls.crash_during(data, DISPATCHED_POINTS, lambda: h.calls.decide(data, Action.ACCEPT))
     else:
@@ -360,7 +408,7 @@ def crash_interrupt(h: Harness, data: Choices) -> None:
 def crash_withdraw(h: Harness, data: Choices) -> None:
     """Crash after a person's accept and before the call was sent, recovered
     conservatively: the execution is interrupted and its approved call withdrawn."""
-    if not h.client.paused():
+    if not h.client.awaiting(C.AWAITING_APPROVAL):
         h.calls.execute(data, pick(data, PAUSING_PROGRAMS, "program"))
     h.calls.crash_during(
         data, UNSENT_POINTS, lambda: h.calls.decide(data, Action.ACCEPT), conservative=True

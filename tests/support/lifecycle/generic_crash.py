@@ -15,9 +15,12 @@ from lockgate.spec import CrashPoint, MachineSpec, every_crash_point
 from tests.support.lifecycle.choices import Choices, pick, pick_int
 from tests.support.lifecycle.execution_drivers import (
     accept,
+    answer_all,
+    answer_one,
     cancel,
     decline,
     expire,
+    run_asking,
     run_auto,
     run_blocked,
     run_failing,
@@ -53,6 +56,9 @@ _ACTIONS: Mapping[str, Driver] = {
     "tool failure": run_tool_failure,
     "blocked": run_blocked,
     "pausing": run_pausing,
+    "asking": run_asking,
+    "answer one": answer_one,
+    "answer all": answer_all,
     "accept": accept,
     "decline": decline,
     "cancel": cancel,

@@ -1,9 +1,10 @@
 """The agent code the harness's client runs, and what each program may answer.
 
 A `Program` names its code and its answer for every sequence of decisions a person can record
-on its paused calls, so a run (or a replay after a crash) can be checked against it. The
-groups below are what the drivers choose from: code that runs to its end unasked, code whose
-calls the policy approves, code that fails or pauses, and code a drain catches running.
+on its paused calls ("answered" for a call whose tool's questions were all answered), so a
+run (or a replay after a crash) can be checked against it. The groups below are what the
+drivers choose from: code that runs to its end unasked, code whose calls the policy
+approves, code that fails, pauses or asks, and code a drain catches running.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import JsonValue
+
 from lockgate.simulation.canary import LEAKING_CODE
+from lockgate.simulation.desk import tag_answer, text_answer
 from lockgate.simulation.scenarios import SPIN_CODE, SPIN_ITERATIONS
 from lockgate.spec import ExecutionStatus as E
 
@@ -108,6 +112,18 @@ TWO_WRITES = Program(
     },
 )
 
+#: A tool that asks its user two things (`simulation.desk`), answered as `ANSWERS` (one at a
+#: time or both at once), then writes the note: "answered" is recorded once every question is.
+COMPOSE = Program(
+    "compose",
+    "tools.desk.compose(key='asked')",
+    {
+        (): Outcome(E.WAITING_FOR_INTERACTION),
+        ("answered",): Outcome(E.COMPLETED, {"key": "asked", "text": "v #t"}),
+    },
+)
+ANSWERS: Mapping[str, JsonValue] = {"text": text_answer("v"), "tag": tag_answer("t")}
+
 CALLING_PROGRAMS = (LIST_ONCE, LIST_TWICE)
 AUTO_PROGRAMS = (*CALLING_PROGRAMS, NO_CALLS, LEAKY)
 FAILING_PROGRAMS = (RAISES, LIST_THEN_RAISE, READ_MISSING)
@@ -116,7 +132,7 @@ PAUSING_PROGRAMS = (WRITE_THEN_READ, WRITE_CAUGHT, TWO_WRITES)
 #: Half a second of pure code after a call: what a drain catches running.
 SPIN = Program("spin", SPIN_CODE, _ends(E.COMPLETED, SPIN_ITERATIONS))
 PROGRAMS = (*AUTO_PROGRAMS, *FAILING_PROGRAMS, READ_MISSING_CAUGHT, DELETE_BLOCKED,
-            *PAUSING_PROGRAMS, SPIN)  # fmt: skip
+            *PAUSING_PROGRAMS, SPIN, COMPOSE)  # fmt: skip
 
 PROGRAM_BY_CODE = {p.code: p for p in PROGRAMS}
 
