@@ -40,6 +40,7 @@ from lockgate.machine.execution_errors import (
     ExecutionInterrupted,
     InvalidExecutionInput,
     LimitReached,
+    code_too_long,
 )
 from lockgate.machine.execution_reads import ExecutionReads
 from lockgate.machine.policy import Policy
@@ -161,10 +162,7 @@ class Engine:
         if not code.strip():
             raise InvalidExecutionInput("The code is empty: send the Python code to run.")
         if len(code) > self.settings.max_code_chars:
-            raise InvalidExecutionInput(
-                f"The code is {len(code)} characters long; the limit is "
-                f"{self.settings.max_code_chars}. Send a shorter program."
-            )
+            raise InvalidExecutionInput(code_too_long(len(code), self.settings.max_code_chars))
         now = self.clock()
         return Execution(
             id=uuid.uuid4().hex,

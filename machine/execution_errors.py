@@ -74,6 +74,11 @@ class InvalidExecutionInput(LockgateError):
     code = ErrorCode.INVALID_INPUT
 
 
+def code_too_long(length: int, limit: int) -> str:
+    """What a client is told of code over the server's bound, wherever it is checked."""
+    return f"The code is {length} characters long; the limit is {limit}. Send a shorter program."
+
+
 class IdempotencyKeyReused(LockgateError):
     """`execute` named an idempotency key the principal already used for different code."""
 

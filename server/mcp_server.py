@@ -32,7 +32,6 @@ from lockgate.machine.approval_modes import (
 from lockgate.machine.engine import Action
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.execution_errors import IdempotencyKeyReused
-from lockgate.machine.lost_report import request_key
 from lockgate.machine.sessions import SessionBusy
 from lockgate.machine.source_book import SourceBook
 from lockgate.machine.tools.spec import TaskSupport
@@ -50,28 +49,39 @@ from lockgate.server.experimental_tasks import (
     TasksServer,
     asks_for_task,
     legacy,
-    task_refused,
 )
 from lockgate.server.input_required import InputRequiredDoor, dismissed
 from lockgate.server.native_approval import NativeDoor
 from lockgate.server.operations import log_execution_id, log_session_id
 from lockgate.server.owed_response import stream_ready
 from lockgate.server.runner import ExecutionRunner
+from lockgate.server.surface_tools import (
+    Answer,
+    ArgumentsRefused,
+    Call,
+    Listing,
+    SurfaceTools,
+    modelled,
+)
 from lockgate.server.tasks import Tasks, answers_with_task
 from lockgate.server.tool_arguments import (
     DescribeArguments,
     ExecuteArguments,
+    PersonApprovesResume,
     ResumeArguments,
+    execute_arguments,
 )
 from lockgate.server.tool_arguments import (
     problems as argument_problems,
 )
 from lockgate.server.tool_listing import (
+    DESCRIBE_HELP,
+    RESUME_HELP,
     SOURCE_TOOLS,
     described,
+    execute_description,
+    source_tool,
     source_tool_code,
-    source_tool_problems,
-    tool_list,
 )
 
 if TYPE_CHECKING:
@@ -111,11 +121,37 @@ class LockgateMCP:
         self.approval_url = approvals.approval_url
         #: The one decision entry, for every door here.
         self.decisions = approvals.decisions
-        self.max_code_chars = max_code_chars
-        #: The tools of sources exposed directly (`expose = "direct"`), by their own names.
-        self.direct = DirectTools(
-            book.base, runner.runtime.direct, ("execute", "resume", "describe_tools", *SOURCE_TOOLS)
+        #: The surface's own tools: each an argument model, a description and a handler.
+        self.surface = SurfaceTools(
+            [
+                modelled(
+                    "execute",
+                    execute_arguments(max_code_chars),
+                    lambda listed: execute_description(
+                        listed.registry, listed.policy, listed.mode is ApprovalMode.MODEL
+                    ),
+                    self._execute,
+                    # A 2025-11-25 client may ask for a task (the 2026 extension needs no hint).
+                    task_support=TaskSupport.OPTIONAL,
+                ),
+                modelled(
+                    "resume",
+                    ResumeArguments,
+                    lambda listed: RESUME_HELP[listed.mode is ApprovalMode.MODEL],
+                    self._resume,
+                    # A listing never offers what its caller cannot do.
+                    listed_as=lambda mode: (
+                        ResumeArguments if mode is ApprovalMode.MODEL else PersonApprovesResume
+                    ),
+                ),
+                modelled(
+                    "describe_tools", DescribeArguments, lambda _: DESCRIBE_HELP, self._describe
+                ),
+                *(source_tool(spec, self._source_call) for spec in SOURCE_TOOLS.values()),
+            ]
         )
+        #: The tools of sources exposed directly (`expose = "direct"`), by their own names.
+        self.direct = DirectTools(book.base, runner.runtime.direct, tuple(self.surface))
         settings = runner.runtime.settings
         #: Who may accept a gated call, per principal and connection.
         self.modes = ApprovalModes.from_text(settings.approval_mode, settings.approval_modes)
@@ -215,16 +251,13 @@ class LockgateMCP:
             mode = self.modes.for_connection(principal, _asked_mode(ctx))
         except InvalidApprovalMode:  # told in words on its first tool call
             mode = self.modes.for_principal(principal)
-        return types.ListToolsResult(
-            tools=tool_list(
-                await to_thread.run_sync(self.book.registry_for, principal),
-                # Each principal's listing shows the decisions its own calls meet.
-                await to_thread.run_sync(self.policy.for_principal, principal),
-                self.max_code_chars,
-                mode,
-            )
-            + self.direct.listed()
+        listing = Listing(
+            await to_thread.run_sync(self.book.registry_for, principal),
+            # Each principal's listing shows the decisions its own calls meet.
+            await to_thread.run_sync(self.policy.for_principal, principal),
+            mode,
         )
+        return types.ListToolsResult(tools=self.surface.listed(listing) + self.direct.listed())
 
     async def _shape(
         self, outcome: ExecutionView | shapes.Running, mode: ApprovalMode, direct: bool
@@ -281,119 +314,115 @@ class LockgateMCP:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
-        principal = current_principal.get()
+    ) -> Answer:
+        """Look up, check, handle, answer: every failure is answered here, in one mapping."""
+        call: Call | None = None
+        try:
+            call = await self._call(ctx, params)
+            return await self._route(call)
+        except MCPError:
+            raise  # a protocol error the request itself caused, answered as one
+        except ValidationError as exc:
+            return shapes.invalid(argument_problems(exc))
+        except ArgumentsRefused as exc:
+            return shapes.invalid(exc.message)
+        except IdempotencyKeyReused as exc:
+            return shapes.error(exc, exc.execution_id)
+        except LockgateError as exc:
+            return shapes.error(exc, call.execution_id if call is not None else None)
+        except Exception:
+            log.exception("tool %s failed", params.name)
+            return shapes.internal_error()
+
+    async def _call(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> Call:
         ready = stream_ready.get()
         if ready is not None:
             # Before any durable work: the client must be able to resume this stream (and
             # collect a -32010) if the process dies from here on.
             with anyio.move_on_after(2):
                 await ready.wait()
-        arguments = params.arguments or {}
         session_id = ctx.request.headers.get("mcp-session-id") if ctx.request else None
         log_session_id.set(session_id)
-        execution_id: str | None = None
-        try:
-            mode = self.modes.for_connection(principal, _asked_mode(ctx))
-            direct = params.name in self.direct
-            if params.request_state is not None and direct:
-                # The client's retry with its person's answers: the call goes on.
-                return await self.direct_calls.retry(ctx, principal, params, mode)
-            if params.request_state is not None and (
-                params.name in ("execute", "resume") or params.name in SOURCE_TOOLS
-            ):
-                # The client's retry with its person's answer: nothing runs again.
-                outcome = await self.input_required.answer(ctx, principal, params, mode)
-                return await self._finish(ctx, principal, outcome, mode, ask=not dismissed(params))
-            if params.name == "execute":
-                args = ExecuteArguments.model_validate(arguments)
-                if len(args.code) > self.max_code_chars:
-                    return shapes.invalid(
-                        f"The code is {len(args.code)} characters long; the limit is "
-                        f"{self.max_code_chars}."
-                    )
-                origin = (
-                    request_key(session_id, ctx.request_id)
-                    if session_id and ctx.request_id is not None
-                    else None
+        principal = current_principal.get()
+        mode = self.modes.for_connection(principal, _asked_mode(ctx))
+        return Call(ctx, params, principal, session_id, mode)
+
+    async def _route(self, call: Call) -> Answer:
+        name, retried = call.params.name, call.params.request_state is not None
+        if name in self.direct:
+            if retried:  # the client's retry with its person's answers: the call goes on
+                return await self.direct_calls.retry(
+                    call.ctx, call.principal, call.params, call.mode
                 )
-                as_task = answers_with_task(ctx) or asks_for_task(ctx, params)
-                async with relayed(ctx, params, self._level(session_id)) as listener:
-                    outcome = await self.runner.execute(
-                        principal,
-                        args.code,
-                        session_id,
-                        origin,
-                        args.idempotency_key,
-                        budget=0 if as_task else None,
-                        listener=listener,
-                    )
-                if as_task:  # stored already: the client polls it with tasks/get
-                    made = self.legacy_tasks if legacy(ctx) else self.tasks
-                    return await to_thread.run_sync(made.created, outcome, mode)
-                return await self._finish(ctx, principal, outcome, mode)
-            if asks_for_task(ctx, params) and params.name != "execute" and not direct:
-                raise task_refused(params.name, TaskSupport.FORBIDDEN)
-            if params.name == "resume":
-                resume = ResumeArguments.model_validate(arguments)
-                execution_id = resume.execution_id
-                log_execution_id.set(execution_id)
-                if resume.answers is not None:
-                    if resume.action is not None:
-                        return shapes.invalid(
-                            "Send either answers (to what a tool asked) or an action (a "
-                            "decision on a call), not both."
-                        )
-                    outcome = await self.decisions.answer(
-                        Agent(principal, Door.RESUME, mode, client_of(ctx)),
-                        Answers(resume.execution_id, resume.answers),
-                    )
-                    return await self._finish(ctx, principal, outcome, mode)
-                if resume.action is None:
-                    outcome = await self.runner.wait(principal, resume.execution_id)
-                    return await self._finish(ctx, principal, outcome, mode)
-                outcome = await self.decisions.decide(
-                    Agent(principal, Door.RESUME, mode, client_of(ctx)),
-                    Decision(resume.execution_id, Action(resume.action), content=resume.content),
-                )
-                return await self._finish(ctx, principal, outcome, mode)
-            if params.name == "describe_tools":
-                query = DescribeArguments.model_validate(arguments).query
-                policy = await to_thread.run_sync(self.policy.for_principal, principal)
-                registry = await to_thread.run_sync(self.book.registry_for, principal)
-                text, structured = described(registry, policy, query)
-                return types.CallToolResult(
-                    content=[types.TextContent(type="text", text=text)],
-                    structured_content=structured,
-                )
-            if direct:
-                return await self.direct_calls.call(ctx, principal, params, session_id, mode)
-            if params.name in SOURCE_TOOLS:
-                problems = source_tool_problems(SOURCE_TOOLS[params.name], arguments)
-                if problems:
-                    return shapes.invalid(problems)
-                outcome = await self.runner.execute(
-                    principal,
-                    source_tool_code(params.name, dict(arguments)),
-                    session_id,
-                    request_key(session_id, ctx.request_id)
-                    if session_id and ctx.request_id is not None
-                    else None,
-                    None,
-                )
-                return await self._finish(ctx, principal, outcome, mode)
-            offered = ["execute", "resume", "describe_tools", *SOURCE_TOOLS, *self.direct.specs]
-            return shapes.invalid(
-                f"Unknown tool {params.name!r}: this server offers {', '.join(offered)}."
+            return await self.direct_calls.call(
+                call.ctx, call.principal, call.params, call.session_id, call.mode
             )
-        except MCPError:
-            raise  # a protocol error the request itself caused, answered as one
-        except ValidationError as exc:
-            return shapes.invalid(argument_problems(exc))
-        except IdempotencyKeyReused as exc:
-            return shapes.error(exc, exc.execution_id)
-        except LockgateError as exc:
-            return shapes.error(exc, execution_id)
-        except Exception:
-            log.exception("tool %s failed", params.name)
-            return shapes.internal_error()
+        tool = self.surface.get(name)
+        if tool is None:
+            offered = ", ".join([*self.surface, *self.direct.specs])
+            return shapes.invalid(f"Unknown tool {name!r}: this server offers {offered}.")
+        if retried and name != "describe_tools":
+            # The client's retry with its person's answer: nothing runs again.
+            outcome = await self.input_required.answer(
+                call.ctx, call.principal, call.params, call.mode
+            )
+            return await self._finish(
+                call.ctx, call.principal, outcome, call.mode, ask=not dismissed(call.params)
+            )
+        return await tool.run(call)
+
+    async def _execute(self, call: Call, args: ExecuteArguments) -> Answer:
+        ctx, params = call.ctx, call.params
+        as_task = answers_with_task(ctx) or asks_for_task(ctx, params)
+        async with relayed(ctx, params, self._level(call.session_id)) as listener:
+            outcome = await self.runner.execute(
+                call.principal,
+                args.code,
+                call.session_id,
+                call.origin,
+                args.idempotency_key,
+                budget=0 if as_task else None,
+                listener=listener,
+            )
+        if as_task:  # stored already: the client polls it with tasks/get
+            made = self.legacy_tasks if legacy(ctx) else self.tasks
+            return await to_thread.run_sync(made.created, outcome, call.mode)
+        return await self._finish(ctx, call.principal, outcome, call.mode)
+
+    async def _resume(self, call: Call, args: ResumeArguments) -> Answer:
+        call.execution_id = args.execution_id
+        log_execution_id.set(args.execution_id)
+        agent = Agent(call.principal, Door.RESUME, call.mode, client_of(call.ctx))
+        if args.answers is not None:
+            if args.action is not None:
+                return shapes.invalid(
+                    "Send either answers (to what a tool asked) or an action (a decision on "
+                    "a call), not both."
+                )
+            outcome = await self.decisions.answer(
+                agent, Answers(args.execution_id, args.answered())
+            )
+        elif args.action is None:
+            outcome = await self.runner.wait(call.principal, args.execution_id)
+        else:
+            decision = Decision(args.execution_id, Action(args.action), content=args.content)
+            outcome = await self.decisions.decide(agent, decision)
+        return await self._finish(call.ctx, call.principal, outcome, call.mode)
+
+    async def _describe(self, call: Call, args: DescribeArguments) -> Answer:
+        policy = await to_thread.run_sync(self.policy.for_principal, call.principal)
+        registry = await to_thread.run_sync(self.book.registry_for, call.principal)
+        text, structured = described(registry, policy, args.query)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=structured
+        )
+
+    async def _source_call(self, call: Call, arguments: dict[str, Any]) -> Answer:
+        """A source tool's call, run as an execution of the same call from agent code."""
+        code = source_tool_code(call.params.name, arguments)
+        outcome = await self.runner.execute(
+            call.principal, code, call.session_id, call.origin, None
+        )
+        return await self._finish(call.ctx, call.principal, outcome, call.mode)

@@ -4,24 +4,18 @@ approval mode) sees them."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import mcp_types as types
-
-from lockgate.machine.approval_modes import ApprovalMode
 from lockgate.machine.policy import DECISION_WORDS, Policy, PolicyDecision
 from lockgate.machine.tools.admin_source import ADDERS, LIST, REMOVE
 from lockgate.machine.tools.registry import ToolRegistry, ToolSpec
 from lockgate.machine.tools.tool_details import details
-from lockgate.server.tool_arguments import MAX_ANSWERS
-
-#: What `execute`'s schema tells a client about the key.
-IDEMPOTENCY_KEY_HELP = (
-    "Optional. A fresh value (a UUID) per program you mean to run once. If the answer to "
-    "this call is lost (a restart, a broken connection), send the same call with the same "
-    "key: it is attached to the execution the first one started (its result, or its "
-    "current state) instead of starting a second. A key already used with other code is "
-    "refused with idempotency_key_reused."
+from lockgate.server.surface_tools import (
+    Answer,
+    ArgumentsRefused,
+    Call,
+    SurfaceTool,
 )
 
 
@@ -147,17 +141,29 @@ def source_tool_code(name: str, arguments: dict[str, Any]) -> str:
     return f"tools.lockgate.{name}(**{arguments!r})"
 
 
-def _source_tools() -> list[types.Tool]:
-    return [
-        types.Tool(
-            name=name,
-            description=f"{spec.description} Runs as an execution of "
-            f"tools.lockgate.{name}(...): a call that needs approval answers like `execute` "
-            "(waiting_for_interaction, then `resume`).",
-            input_schema=spec.parameters,
-        )
-        for name, spec in SOURCE_TOOLS.items()
-    ]
+def source_tool(
+    spec: ToolSpec, handle: Callable[[Call, dict[str, Any]], Awaitable[Answer]]
+) -> SurfaceTool[dict[str, Any]]:
+    """A source tool as an MCP tool: its arguments are checked against its own schema (the
+    code would fail on them the same way) before an execution is started for them."""
+
+    def check(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        problems = source_tool_problems(spec, dict(arguments))
+        if problems:
+            raise ArgumentsRefused(problems)
+        return dict(arguments)
+
+    return SurfaceTool(
+        name=spec.name,
+        check=check,
+        schema=lambda mode: dict(spec.parameters),
+        describe=lambda listed: (
+            f"{spec.description} Runs as an execution of "
+            f"tools.lockgate.{spec.name}(...): a call that needs approval answers like `execute` "
+            "(waiting_for_interaction, then `resume`)."
+        ),
+        handle=handle,
+    )
 
 
 #: What `resume` says it does, by who may accept.
@@ -172,83 +178,12 @@ RESUME_HELP = {
 }
 
 
-#: What `resume`'s answers are for.
-ANSWERS_HELP = (
-    "Instead of an action: the user's answers to what a paused call's tool asked them "
-    "(interaction.kind questions), one per question key, each "
-    '{"action": "accept", "content": {...}} (or decline / cancel).'
+#: What `describe_tools` says it does.
+DESCRIBE_HELP = (
+    "Details of the tools the code can call: arguments, and what this server's policy does "
+    "with a call (auto-approved, requires approval, or blocked); `query` filters by words in "
+    "their names and descriptions."
 )
-
-
-def tool_list(
-    registry: ToolRegistry,
-    policy: Policy,
-    max_code_chars: int,
-    mode: ApprovalMode = ApprovalMode.MODEL,
-) -> list[types.Tool]:
-    model_accepts = mode is ApprovalMode.MODEL
-    actions = ["accept", "decline", "cancel"] if model_accepts else ["decline", "cancel"]
-    return [
-        types.Tool(
-            name="execute",
-            description=execute_description(registry, policy, model_accepts),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string", "minLength": 1, "maxLength": max_code_chars},
-                    "idempotencyKey": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": 128,
-                        "description": IDEMPOTENCY_KEY_HELP,
-                    },
-                },
-                "required": ["code"],
-                "additionalProperties": False,
-            },
-            # A 2025-11-25 client may ask for a task (the 2026 extension needs no hint).
-            execution=types.ToolExecution(task_support="optional"),
-        ),
-        types.Tool(
-            name="resume",
-            description=RESUME_HELP[model_accepts],
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "executionId": {"type": "string"},
-                    "action": {"type": "string", "enum": actions},
-                    "content": {"description": "Optional data sent with the decision."},
-                    "answers": {
-                        "type": "object",
-                        "description": ANSWERS_HELP,
-                        "maxProperties": MAX_ANSWERS,
-                        "additionalProperties": {
-                            "type": "object",
-                            "properties": {
-                                "action": {"enum": ["accept", "decline", "cancel"]},
-                                "content": {"type": "object"},
-                            },
-                            "required": ["action"],
-                        },
-                    },
-                },
-                "required": ["executionId"],
-                "additionalProperties": False,
-            },
-        ),
-        types.Tool(
-            name="describe_tools",
-            description="Details of the tools the code can call: arguments, and what this "
-            "server's policy does with a call (auto-approved, requires approval, or blocked); "
-            "`query` filters by words in their names and descriptions.",
-            input_schema={
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "additionalProperties": False,
-            },
-        ),
-        *_source_tools(),
-    ]
 
 
 def source_tool_problems(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:

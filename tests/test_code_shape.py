@@ -73,3 +73,17 @@ def test_the_method_count_reads_what_a_caller_can_call() -> None:
     node = tree.body[0]
     assert isinstance(node, ast.ClassDef)
     assert public_methods(node) == ["a", "b", "d"]
+
+
+def test_an_mcp_tool_call_is_look_up_check_handle_answer() -> None:
+    """`call_tool` stays the table's dispatcher (`server/surface_tools.py`): a tool's own work
+    lives in its handler, never in another branch here."""
+    tree = ast.parse((ROOT / "server" / "mcp_server.py").read_text())
+    [call_tool] = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "call_tool"
+    ]
+    assert call_tool.end_lineno is not None
+    lines = call_tool.end_lineno - call_tool.lineno + 1
+    assert lines < 30, f"call_tool is {lines} lines: move what it does into a handler"
