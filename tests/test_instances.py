@@ -139,6 +139,22 @@ def test_lapsed_leases_and_earlier_incarnations_are_declared_dead(
     assert me.lease.declare_dead_instances(later) == [renewed.lease.id]
 
 
+def test_an_earlier_incarnation_never_declares_its_successor_dead(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A process that outlived its own restart (a long pause, a slow kill) still runs its
+    maintenance round: it must not end the newer process of its name, whose lease holds and
+    whose clients it serves; only the newer one ends the older."""
+    clock = FakeClock()
+    before_restart = make_runtime(clock=clock, instance_name="me", lease_ttl="60")
+    me = make_runtime(clock=clock, instance_name="me", lease_ttl="60")
+    assert before_restart.lease.declare_dead_instances() == []
+    assert row(me, me.lease.id).status == "live"
+    assert me.lease.heartbeat() is True
+    assert me.lease.declare_dead_instances() == [before_restart.lease.id]
+    assert before_restart.lease.heartbeat() is False
+
+
 def test_an_instance_whose_own_lease_lapsed_never_declares_itself_dead(
     make_runtime: MakeRuntime,
 ) -> None:
