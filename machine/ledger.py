@@ -106,10 +106,12 @@ class Ledger:
         self.write.create("owed_request", row)
         return _record(row)
 
-    def answered(self, owed: OwedRecord) -> None:
-        """The response was written: consume the entry (effect first, then the commit)."""
+    def answered(self, owed: OwedRecord, write_response: Callable[[], object]) -> None:
+        """Write the response (`write_response`, the transition's effect), then consume the
+        entry: never the other way round, or a crash between the two would leave the client
+        with neither its answer nor a -32010 for it."""
         with contextlib.suppress(*STALE_WRITE):
-            self.write.apply(Step(owed, "answer"), effect=lambda: True)
+            self.write.apply(Step(owed, "answer"), effect=write_response)
 
     def lose(self, owed: OwedRecord) -> None:
         """No answer will come on this stream (closed, deadline passed, draining). If its

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import anyio
-from anyio import to_thread
+from anyio import from_thread, to_thread
 from pydantic import JsonValue
 
 from lockgate.machine.ledger import Ledger, OwedRecord
@@ -126,29 +126,41 @@ class OwedResponse:
                 return
             body: bytes = message.get("body", b"")
             more = bool(message.get("more_body", False))
-            if not more and not self.settled and self.sse and self.status < 400:
+            answers = not self.settled and self._carries_answer(body, more)
+            if not more and not self.settled and not answers and self.sse and self.status < 400:
                 # The stream is ending without our answer: report the id lost first.
                 await self._report_locked(final=False)
-            await self._send(message)
+            if answers:
+                # The bytes are written as the ledger's `answer` transition's effect, so the
+                # entry is consumed only once they are out: a crash between the two leaves it
+                # owed, reported -32010 later, never answered-but-unsent.
+                self.settled = True
+                written = False
+
+                def write() -> None:
+                    nonlocal written
+                    from_thread.run(self._send, message)
+                    written = True
+
+                await to_thread.run_sync(self.ledger.answered, self.owed, write)
+                if not written:  # the entry had moved on before the write: still deliver it
+                    await self._send(message)
+            else:
+                await self._send(message)
             self.ready.set()
             if not more:
                 self.finished = True
             elif self._notices is not None and self.sse and self.status < 400:
                 await self._tell_locked()
-            if self.settled:
-                return
-            answered = False
-            if self.sse:
-                answered = any(
-                    _answers(m, self.request_id) for m in _messages_in(body, self._buffer)
-                )
-            else:
-                self._json.extend(body)
-                if not more:
-                    answered = self.status >= 400 or _answers(self._parse_json(), self.request_id)
-            if answered:
-                self.settled = True
-                await to_thread.run_sync(self.ledger.answered, self.owed)
+
+    def _carries_answer(self, body: bytes, more: bool) -> bool:
+        """Whether this part of the response completes the answer to the owed id."""
+        if self.sse:
+            return any(_answers(m, self.request_id) for m in _messages_in(body, self._buffer))
+        self._json.extend(body)
+        if more:
+            return False
+        return self.status >= 400 or _answers(self._parse_json(), self.request_id)
 
     async def _tell_locked(self) -> None:
         notices, self._notices = self._notices, None

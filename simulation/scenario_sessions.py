@@ -61,8 +61,8 @@ def _request(client: Client, session_id: str, key: str, code: str) -> None:
     client.runtime.engine.execute(
         client.principal, code, session_id, request_key(session_id, request_id)
     )
-    inbox_of(client).answer(request_id)  # the response is written: the client has it
-    ledger.answered(owed)
+    # The response is written (the client has it), then the entry is consumed.
+    ledger.answered(owed, lambda: inbox_of(client).answer(request_id))
     sessions.end_request(session_id)
     client.memory[key] = True
 

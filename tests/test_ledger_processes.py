@@ -12,6 +12,7 @@ Nothing here sleeps to hide a race: every wait polls a condition with a deadline
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from typing import Any
@@ -318,3 +319,40 @@ def test_after_a_sigkill_the_session_works_and_its_lost_id_is_reported_once(
                 assert db.session(session_id).status == "closed"
 
         run(scenario())
+
+
+ANSWER_MARKED = "owed_request:answer:owed->answered:after_commit"
+
+
+def test_an_answer_is_on_the_wire_before_its_entry_is_consumed(deployment: Deployment) -> None:
+    """The server is SIGKILLed the moment the ledger has marked a response answered (a real
+    crash point, LOCKGATE_CRASH_AT): the client already holds that answer, because the bytes
+    are written as the mark's effect, before its commit. Were they written after, the client
+    would hold neither the answer nor a -32010 (the entry says answered), and hang."""
+    key = create_key_directly(deployment.database_url, "alice")
+    server = deployment.start(
+        name="marked", LOCKGATE_FAULT_INJECTION="true", LOCKGATE_CRASH_AT=ANSWER_MARKED
+    )
+
+    async def scenario() -> None:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            session_id = await raw_initialize(http, server.url, key)
+            received = bytearray()
+            async with http.stream(
+                "POST",
+                server.url,
+                headers=headers(key, session_id),
+                json=execute_request("marked-1", "6 * 7"),
+            ) as response:
+                assert response.status_code == 200
+                with contextlib.suppress(httpx2.TransportError):
+                    async for chunk in response.aiter_raw():
+                        received.extend(chunk)
+            assert await died(server) == -signal.SIGKILL  # at the mark, after the answer
+        answers = [m for m in sse_messages(bytes(received)) if m.get("id") == "marked-1"]
+        assert [a["result"]["structuredContent"]["result"] for a in answers] == [42], received
+        with database(deployment.database_url) as db:
+            [owed] = [row for row in db.owed(session_id) if row.request_id == "marked-1"]
+            assert owed.status == "answered"
+
+    run(scenario())

@@ -88,7 +88,7 @@ def test_acknowledging_settles_the_named_lost_reports_of_the_session_only(
     first, second, kept = lost(runtime, "s", 1), lost(runtime, "s", 2), lost(runtime, "s", 3)
     still_owed = runtime.ledger.owe("s", 4, "tools/call", None)
     answered = runtime.ledger.owe("s", 5, "tools/call", None)
-    runtime.ledger.answered(answered)
+    runtime.ledger.answered(answered, lambda: None)
     bobs = lost(runtime, "t", 1)
     named = [first.id, second.id, still_owed.id, answered.id, bobs.id, B]
     assert runtime.ledger.acknowledge("s", named) == 2

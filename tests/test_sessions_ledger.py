@@ -29,9 +29,17 @@ def test_every_owed_id_ends_answered_or_reported(make_runtime: MakeRuntime) -> N
     runtime = make_runtime()
     opened(runtime)
     answered = runtime.ledger.owe("s", 1, "tools/call", None)
-    runtime.ledger.answered(answered)
+    written: list[str] = []
+
+    def write() -> None:
+        # The response goes out while the entry is still owed: consumed only after.
+        written.append(owed_status(runtime, answered.id))
+
+    runtime.ledger.answered(answered, write)
+    assert written == ["owed"]
     assert owed_status(runtime, answered.id) == "answered"
-    runtime.ledger.answered(answered)  # twice is harmless
+    runtime.ledger.answered(answered, write)  # twice is harmless, and writes nothing again
+    assert written == ["owed"]
     reported = runtime.ledger.owe("s", "two", "tools/call", None)
     runtime.ledger.lose(reported)
     assert owed_status(runtime, reported.id) == "lost"

@@ -84,8 +84,8 @@ class SessionActions:
                     PRINCIPAL, program.code, session_id, request_key(session_id, request_id)
                 )
                 client.executions.setdefault(view.id, program)
-                client.inbox.answer(request_id)  # the response is written: the client has it
-                ledger.answered(owed)
+                # The response is written (the client has it), then the entry is consumed.
+                ledger.answered(owed, lambda: client.inbox.answer(request_id))
             else:
                 ledger.lose(owed)  # the client's stream closed before the answer
             sessions.end_request(session_id)
