@@ -27,6 +27,7 @@ from lockgate.simulation.remote_single import (
     drain_while_running,
     graceful_shutdown,
     leaky_tools,
+    questions_expire,
     resume_after_restart,
 )
 from lockgate.simulation.scenarios import CATALOG, OVER_HTTP, Scenario
@@ -52,6 +53,7 @@ REMOTE: dict[str, RemoteDrive] = {
     "leaky_tools": leaky_tools,
     "approval_expired": approval_expires,
     "approval_deadline": approval_expires,
+    "tool_asks_expired": questions_expire,
     "resume_after_restart": resume_after_restart,
     "lease_takeover": stalled("tool_call:dispatch:approved->dispatched:before_commit", kill=True),
     "instance_lease": stalled("tool_call:dispatch:approved->dispatched:before_commit"),

@@ -1,6 +1,6 @@
 """The scenario client over real interfaces, and what it reads of the deployment.
 
-`RemoteClient` offers what a portable scenario's drive uses (execute, resume, get, memory)
+`RemoteClient` offers what a portable scenario's drive uses (execute, resume, answer, get, memory)
 through MCP over HTTP with the official client, one 2025 session per call, and reads each
 execution's status exactly as the server states it (`executionStatus`). A server that dies
 mid-request is a `ProcessKilled`, which the run answers by restarting it, as a supervisor
@@ -121,6 +121,13 @@ class RemoteClient:
         self, execution_id: str, action: Action, server: ServerProcess | None = None
     ) -> RemoteView:
         return self._view("resume", {"executionId": execution_id, "action": str(action)}, server)
+
+    def answer(
+        self, execution_id: str, answers: dict[str, JsonValue], server: ServerProcess | None = None
+    ) -> RemoteView:
+        """Answers to what a paused call's tool asked, by question key (`resume`'s
+        `answers`: the door of a client that can be asked nothing)."""
+        return self._view("resume", {"executionId": execution_id, "answers": answers}, server)
 
     def get(self, execution_id: str, server: ServerProcess | None = None) -> RemoteView:
         """The execution as it is, its status exactly as the server states it (final

@@ -1,6 +1,7 @@
 """The real-process drives of the single-instance scenarios that cannot use their in-process
-drive: an approval's deadline passing in real time, a restart between pause and decision, a
-graceful shutdown, a drain (SIGTERM) that catches code running, and the leaky tools.
+drive: an approval's deadline (or a tool's questions') passing in real time, a restart
+between pause and decision, a graceful shutdown, a drain (SIGTERM) that catches code
+running, and the leaky tools.
 
 A restart here is what an operator does: SIGTERM, wait for the exit, start the server again
 under the same name.
@@ -17,8 +18,10 @@ from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.engine import Action
 from lockgate.machine.tools.notes import NotesSource
 from lockgate.simulation.canary import LEAKING_CODE
+from lockgate.simulation.desk import tag_answer, text_answer
 from lockgate.simulation.remote_client import SETTLED, RemoteClient, stored_status, wait
 from lockgate.simulation.scenario_drains import spin_code
+from lockgate.simulation.scenario_questions import COMPOSE, answer
 from lockgate.simulation.scenario_steps import WRITE_THEN_READ, decide, started
 from lockgate.simulation.scenarios import by_name
 from lockgate.simulation.world import expect
@@ -36,6 +39,16 @@ def approval_expires(client: RemoteClient) -> None:
     expect(client.get(view.id).status == E.EXPIRED, "the expired execution is read otherwise")
     after = decide(client, "e.id", Action.ACCEPT)  # type: ignore[arg-type]
     expect(after is not None and after.status == E.EXPIRED, f"a late decision gave {after}")
+
+
+def questions_expire(client: RemoteClient) -> None:
+    """A tool's questions wait until the call's deadline (two seconds here), then expire
+    with it; answers that come later are refused, and nothing is written."""
+    view = started(client, "e", COMPOSE)  # type: ignore[arg-type]
+    wait(client, lambda: stored_status(client, view.id) == E.EXPIRED, "the questions expire")
+    late = {"text": text_answer("v"), "tag": tag_answer("t")}
+    final = answer(client, view.id, late)  # type: ignore[arg-type]
+    expect(final.status == E.EXPIRED, f"late answers gave {final.status}")
 
 
 def resume_after_restart(client: RemoteClient) -> None:

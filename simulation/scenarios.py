@@ -199,19 +199,18 @@ _CATALOG: tuple[Scenario, ...] = (
         "tool_asks",
         "A tool asks its user two things; answered one at a time, then it writes.",
         tool_asks,
-        portable=False,
     ),
     Scenario(
         "tool_asks_cancelled",
         "A tool asks its user; the execution is cancelled while it waits.",
         tool_asks_cancelled,
-        portable=False,
     ),
     Scenario(
         "tool_asks_expired",
         "A tool asks its user; nobody answers before the deadline.",
         tool_asks_expired,
         portable=False,
+        real_process_settings={"approval_ttl": "2"},
     ),
     Scenario(
         "blocked_by_policy",

@@ -1,6 +1,7 @@
 """`lockgate serve` with the canary tool source (simulation/canary.py) next to the notes tools:
 the server the real-process simulation and the secret tests run, with the `held` tool
-(simulation/held.py) that stays in flight until the harness releases it.
+(simulation/held.py) that stays in flight until the harness releases it, and the `desk` tool
+(simulation/desk.py) that asks its user before it writes a note.
 
     python -m simulation.serve [--host H] [--port P]
 
@@ -17,8 +18,11 @@ import sys
 
 import typer
 
+from lockgate.machine.settings import Settings
+from lockgate.machine.tools.notes import NotesSource
 from lockgate.server.cli import run_server
 from lockgate.simulation.canary import CanarySource
+from lockgate.simulation.desk import DeskSource
 from lockgate.simulation.held import HeldSource
 
 
@@ -27,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
+    # The desk writes through a notes source of its own on the same folder (the notes
+    # serialize their writes across sources and processes with flock).
+    desk = DeskSource(NotesSource(Settings().notes_dir))
     try:
-        run_server(args.host, args.port, extra_sources=[CanarySource(), HeldSource()])
+        run_server(args.host, args.port, extra_sources=[CanarySource(), HeldSource(), desk])
     except typer.Exit as stopped:  # a refused configuration: its message is already printed
         return stopped.exit_code
     return 0
