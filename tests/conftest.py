@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.canary import CANARY, SIGNING_KEY
 from tests.support.postgres import PostgresServer, find_bin_dir
+from tests.support.programs import missing
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,9 +78,7 @@ def _trace_problems_of(url: str) -> list[str]:
 def postgres_server() -> Iterator[PostgresServer]:
     bin_dir = find_bin_dir()
     if bin_dir is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL server binaries are missing; .ci/run installs postgresql")
-        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql)")
+        missing("PostgreSQL's server programs (initdb, postgres)", "postgresql")
     server = PostgresServer(bin_dir)
     server.start()
     try:

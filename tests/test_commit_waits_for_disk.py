@@ -6,7 +6,6 @@ and on PostgreSQL by what the transaction asks of the server."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from lockgate.machine.db.schema import Instance
 from lockgate.machine.db.store import SqlStore
 from lockgate.spec import MACHINES
 from tests.support.procs.one_commit import instance_row
+from tests.support.programs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,8 +57,7 @@ def migrated_sqlite(folder: Path) -> str:
 def one_commit(url: str, mode: str, end: str, trace: Path | None = None) -> int:
     command = [sys.executable, "-m", "tests.support.procs.one_commit", url, mode, end]
     if trace is not None:
-        strace = shutil.which("strace")
-        assert strace is not None, "strace is needed to count fsyncs"
+        strace = require("strace", "strace")  # it counts the fsyncs
         command = [strace, "-f", "-qq", "-e", "trace=fsync,fdatasync,newfstatat,stat",
                    "-o", str(trace), *command]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from tests.support.direct_servers import direct_settings, sqlite_deployment_fixture  # noqa: F401
+from tests.support.npm import NODE
 from tests.support.server_deployment import Deployment
 from tests.support.tasks_client import TasksClient
 from tests.support.typescript_sdk import TS_CLIENT, ts_sdk_fixture  # noqa: F401  (fixture)
@@ -29,7 +30,7 @@ def _settings(folder: Path, effects: Path) -> dict[str, str]:
 def ts_tasks(sdk: Path, url: str, key: str, step: str, argument: dict[str, Any]) -> list[Any]:
     """One step of tasks_2025.mjs: the events the TypeScript client saw."""
     done = subprocess.run(
-        ["node", str(TS_CLIENT / "tasks_2025.mjs"), url, key, step, json.dumps(argument)],
+        [str(NODE), str(TS_CLIENT / "tasks_2025.mjs"), url, key, step, json.dumps(argument)],
         capture_output=True,
         text=True,
         timeout=120,

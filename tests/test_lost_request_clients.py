@@ -38,6 +38,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from lockgate.simulation.ports import free_port
 from lockgate.spec import ExecutionStatus as E
+from tests.support.npm import NODE
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,
@@ -85,7 +86,7 @@ def sdk_client(url: str, http: httpx2.AsyncClient, mode: str) -> Client:
 async def typescript_execute(url: str, key: str, sdk: Path) -> Lost | dict[str, Any]:
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
-        "node",
+        str(NODE),
         str(TS_CLIENT / "lost_execute.mjs"),
         url,
         key,

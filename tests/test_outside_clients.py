@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.inspector_cli import inspect, inspector_fixture  # noqa: F401  (fixture)
+from tests.support.npm import NODE
 from tests.support.people import approver_at
 from tests.support.servers import (
     Deployment,
@@ -50,7 +51,7 @@ def typescript(sdk: Path, url: str, key: str) -> Call:
     ) -> tuple[dict[str, Any], str | None]:
         steps = json.dumps([{"tool": tool, "arguments": arguments}])
         done = subprocess.run(
-            ["node", str(TS_CLIENT / "steps.mjs"), url, key, session or "-", steps],
+            [str(NODE), str(TS_CLIENT / "steps.mjs"), url, key, session or "-", steps],
             capture_output=True,
             text=True,
             timeout=120,
@@ -163,7 +164,7 @@ def test_the_typescript_sdk_client_across_a_restart(deployment: Deployment, ts_s
     def list_tools(url: str) -> list[str]:
         steps = json.dumps([{"method": "tools/list"}])
         done = subprocess.run(
-            ["node", str(TS_CLIENT / "steps.mjs"), url, key, "-", steps, "close"],
+            [str(NODE), str(TS_CLIENT / "steps.mjs"), url, key, "-", steps, "close"],
             capture_output=True,
             text=True,
             timeout=120,

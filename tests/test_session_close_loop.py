@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests.support.npm import NODE
 from tests.support.servers import (  # noqa: F401  (fixture: deployment)
     Deployment,
     create_key_directly,
@@ -73,7 +74,7 @@ def test_sessions_closed_by_the_typescript_client_stay_closed(
 
     async def scenario() -> dict[str, object]:
         process = await asyncio.create_subprocess_exec(
-            "node",
+            str(NODE),
             str(TS_CLIENT / "close_loop.mjs"),
             server.url,
             key,

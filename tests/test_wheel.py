@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.programs import require
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("spec", "machine", "server", "simulation")
 PIP = (sys.executable, "-m", "pip")
@@ -77,6 +79,7 @@ def test_the_wheel_holds_lockgate_and_its_metadata_only(wheel: Path) -> None:
 def test_the_installed_wheel_runs_from_where_it_is_installed(wheel: Path, tmp_path: Path) -> None:
     """Installed apart from the repository: it imports from the install, migrates a new
     database with the migrations it ships, and writes the diagrams where it is told."""
+    require("dot", "graphviz")  # the diagrams' SVGs
     target = tmp_path / "site"
     subprocess.run(
         [*PIP, "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],

