@@ -137,9 +137,12 @@ class OwedResponse:
                 self.settled = True
                 written = False
 
+                async def deliver() -> None:
+                    await self._send(message)
+
                 def write() -> None:
                     nonlocal written
-                    from_thread.run(self._send, message)
+                    from_thread.run(deliver)
                     written = True
 
                 await to_thread.run_sync(self.ledger.answered, self.owed, write)
