@@ -101,7 +101,7 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
-# Mutation testing (mutmut, results in VERIFICATION.md). `mutation` mutates machine/ and the
+# Mutation testing (mutmut, results in docs/contributing/verification.md). `mutation` mutates machine/ and the
 # server's ledger and session modules (long); `mutation-gate` only the write path and
 # recovery (a few minutes, run by .ci/run). Both fail when a module held to the goal has
 # under 90% of its mutants killed. Work directories: mutants/ (ignored by git).
