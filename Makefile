@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short
+.PHONY: run test test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,13 @@ soak: $(STAMP)
 soak-short: $(STAMP)
 	$(BIN)/python -m bench.soak --instances 1 --clients 6 --seconds 25 --kill-every 4
 	$(BIN)/python -m bench.soak --instances 3 --clients 6 --seconds 25 --kill-every 4
+
+# The documentation site (mkdocs.yml, docs/): regenerates docs/cli.md from the CLI with
+# typer's own generator, then builds the site strictly (any warning fails) into .venv/site.
+# tests/test_cli.py fails when the committed docs/cli.md differs from what this generates.
+docs: $(STAMP)
+	$(BIN)/python -m typer lockgate.server.cli utils docs --name lockgate --output docs/cli.md
+	$(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

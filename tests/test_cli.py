@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from lockgate.spec import EXECUTION, MACHINES
 from tests.support.spec_factories import with_states
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_spec_check_passes_on_the_shipped_spec() -> None:
@@ -51,14 +54,33 @@ def test_usage_errors_exit_with_2() -> None:
     assert runner.invoke(cli.app, ["diagrams", "--no-such-flag"]).exit_code == 2
 
 
-def test_the_readme_settings_table_matches_the_settings_model() -> None:
+def test_the_documented_settings_table_matches_the_settings_model() -> None:
     from lockgate.machine.settings_reference import reference_table
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
-    assert block == reference_table(), "run `lockgate settings` and paste it into the README"
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    block = page.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
+    assert block == reference_table(), (
+        "run `lockgate settings` and paste it into docs/configuration.md"
+    )
     result = runner.invoke(cli.app, ["settings"])
     assert result.exit_code == 0 and result.output == reference_table()
+
+
+def test_the_cli_reference_page_matches_the_cli(tmp_path: Path) -> None:
+    """docs/cli.md is typer's own Markdown for the app, generated, never edited by hand."""
+    generated = tmp_path / "cli.md"
+    typer_docs = [sys.executable, "-m", "typer", "lockgate.server.cli", "utils", "docs"]
+    subprocess.run(
+        [*typer_docs, "--name", "lockgate", "--output", str(generated)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    committed = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert committed == generated.read_text(encoding="utf-8"), (
+        "docs/cli.md is stale: run `make docs` (it runs `python -m typer lockgate.server.cli "
+        "utils docs --name lockgate --output docs/cli.md`)"
+    )
 
 
 def test_db_upgrade_migrates_and_reports_errors_clearly(

@@ -1,7 +1,8 @@
-"""The README's client configurations parse, and each has the shape its client documents:
-Claude Code (`claude mcp add --transport http ... --header`, `.mcp.json` with `type: http`),
-Claude Desktop (a stdio bridge, `mcp-remote`, with the header), Cursor (`url` and
-`headers`), VS Code (`servers` with `type: http`, the key from a password input)."""
+"""The documented client configurations (docs/clients.md) parse, and each has the shape its
+client documents: Claude Code (`claude mcp add --transport http ... --header`, `.mcp.json`
+with `type: http`), Claude Desktop (a stdio bridge, `mcp-remote`, with the header), Cursor
+(`url` and `headers`), VS Code (`servers` with `type: http`, the key from a password input).
+The README shows Claude Code's alone, the same as the page's."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADING = "### Claude Code, Claude Desktop, Cursor and VS Code"
+HEADING = "## Claude Code, Claude Desktop, Cursor and VS Code"
+README_HEADING = "## Connecting a client"
 
 
-def section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(HEADING)
-    return text[start : text.index("\n### ", start + len(HEADING))]
+def section(page: str, heading: str) -> str:
+    text = (ROOT / page).read_text()
+    start = text.index(heading)
+    return text[start : text.index("\n## ", start + len(heading))]
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", section(), flags=re.S)
+def blocks(language: str, page: str = "docs/clients.md", heading: str = HEADING) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section(page, heading), flags=re.S)
 
 
 def test_every_client_configuration_has_its_documented_shape() -> None:
@@ -50,3 +52,10 @@ def test_every_client_configuration_has_its_documented_shape() -> None:
     entry = vscode["servers"]["lockgate"]
     assert entry["type"] == "http"
     assert entry["headers"]["Authorization"] == f"Bearer ${{input:{asked['id']}}}"
+
+
+def test_the_readme_shows_claude_code_s_configuration_as_the_page_does() -> None:
+    [command] = blocks("sh", "README.md", README_HEADING)
+    [config] = blocks("json", "README.md", README_HEADING)
+    assert command == blocks("sh")[0]
+    assert json.loads(config) == json.loads(blocks("json")[0])
