@@ -1,7 +1,7 @@
 # Lockgate in a container: one instance on the embedded SQLite default, its database (and the
 # demo notes) on the /data volume, run as a user without privileges. For several instances,
-# set DATABASE_URL to PostgreSQL and run `lockgate db upgrade` as a release step (README:
-# "Deploying it").
+# set DATABASE_URL to PostgreSQL and run `lockgate db upgrade` as a release step
+# (docs/deploying.md).
 #
 #   docker build -t lockgate .
 #   docker run --rm -v lockgate-data:/data lockgate keys create alice   # prints the key once

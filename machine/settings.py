@@ -3,7 +3,7 @@
 `DATABASE_URL` is read without the prefix, as hosting platforms set it. The optional file is
 `lockgate.env` in the working directory, with the same variables as `KEY=value` lines; the
 environment wins over it. Every field has a
-description; the README's reference table is generated from this model.
+description; the reference table in docs/configuration.md is generated from this model.
 """
 
 from __future__ import annotations

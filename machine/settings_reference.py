@@ -1,4 +1,4 @@
-"""The README's reference table of every setting, generated from `Settings`."""
+"""The reference table of every setting (docs/configuration.md), generated from `Settings`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from lockgate.machine.settings import Settings
 
 
 def reference_table() -> str:
-    """The Markdown reference of every setting, generated from this model (README embeds it)."""
+    """The Markdown reference of every setting, generated from this model (docs/configuration.md
+    embeds it)."""
     rows = ["| environment variable | default | what it does |", "|---|---|---|"]
     # The main model's own settings first, then those of its parts (webhooks, approvers).
     own = set(Settings.__annotations__)

@@ -83,7 +83,7 @@ REMOTE: dict[str, RemoteDrive] = {
 
 #: Scenarios with several server processes at once: they need a database server. On SQLite
 #: one process's open transaction (a stalled one's, for minutes) locks every other out of the
-#: file, which is why the README runs several instances on PostgreSQL only.
+#: file, which is why docs/deploying.md runs several instances on PostgreSQL only.
 SEVERAL_INSTANCES = frozenset(
     {
         "lease_takeover",

@@ -1,9 +1,9 @@
 """The container image's contract, run without a container engine: the Dockerfile's own
 environment, entry point, command and health check, applied to the wheel installed apart
 from the repository (as its `pip install .` does). The health check fails before the server
-is ready and passes once it is; the key is made with the entry point as the README shows;
-SIGTERM (the image's stop signal) drains and exits 0. And the Procfile's processes name
-commands that exist."""
+is ready and passes once it is; the key is made with the entry point as docs/deploying.md
+shows; SIGTERM (the image's stop signal) drains and exits 0. And the Procfile's processes
+name commands that exist."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A tool source written as an operator would write their own (README, "Your own Python
-tools"): the same interface as the built-in sources, loaded by a factory."""
+"""A tool source written as an operator would write their own (docs/sources.md, "Your own
+Python tools"): the same interface as the built-in sources, loaded by a factory."""
 
 from __future__ import annotations
 
