@@ -255,8 +255,8 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings, StorageSetti
         default=None,
         description="A TOML file of the tool sources every principal gets (kept in version "
         "control): `[[openapi]]` tables with `name`, `document` (a path relative to the file, "
-        "a URL, or the document itself) and an optional `base_url`. See the README's "
-        "'Connect your API'.",
+        "a URL, or the document itself) and an optional `base_url`. See 'Connect your API' "
+        "in the docs (docs/sources.md).",
     )
     # -- per-principal bounds (sandbox) --
     sandbox_workers: int = Field(
