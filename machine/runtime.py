@@ -43,6 +43,8 @@ from lockgate.machine.write_path import WritePath
 from lockgate.spec.session_lease import LeasePolicy
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine as SqlEngine
+
     from lockgate.machine.tools.http_calls import HttpLimits
 
 log = logging.getLogger("lockgate.runtime")
@@ -158,9 +160,12 @@ class Runtime:
         secrets: SecretStore | None = None,
         faults: Faults | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        database: SqlEngine | None = None,
     ) -> Runtime:
+        """`database`: an engine already open on `settings.database_url` (the simulator
+        keeps one per simulated database across the incarnations that use it)."""
         settings = settings or Settings()
-        store = SqlStore(prepare_database(settings))
+        store = SqlStore(prepare_database(settings, database))
         try:
             if secrets is None:
                 stored = StoredSecrets(store.secrets, SecretCipher.from_settings(settings))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import shutil
 import tempfile
 from collections import defaultdict
@@ -28,7 +27,7 @@ from lockgate.simulation.invariants import CallLists, Violation, calls_made, che
 from lockgate.simulation.people_invariants import check_people
 from lockgate.simulation.scenarios import CATALOG, Scenario, ScenarioFailed
 from lockgate.simulation.webhook_invariants import check_webhooks
-from lockgate.simulation.world import CANARY, Client, LogCapture, World
+from lockgate.simulation.world import CANARY, Client, LogCapture, World, scratch_dir
 from lockgate.spec import MACHINES, CrashPoint, every_crash_point
 
 #: Crash plans go this deep: a crash, then one crash during its recovery.
@@ -306,10 +305,7 @@ def _run(
     database_url: str | None,
     baseline: CallLists | None = None,
 ) -> RunResult:
-    # A memory-backed directory when there is one: every commit is fsynced, and the runs
-    # need no durability beyond the run (the crash is simulated, the machine stays up).
-    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-", dir=scratch))
+    workdir = Path(tempfile.mkdtemp(prefix="lockgate-sim-", dir=scratch_dir()))
     try:
         return run_plan(scenario, plan, workdir, database_url, baseline)
     finally:

@@ -68,9 +68,10 @@ class DatabaseNotMigrated(RuntimeError):
         )
 
 
-def prepare_database(settings: Settings) -> Engine:
-    """Open the database; migrate the embedded SQLite default, refuse a stale PostgreSQL."""
-    engine = open_engine(settings.database_url)
+def prepare_database(settings: Settings, engine: Engine | None = None) -> Engine:
+    """Open the database (or take `engine`, already open on it); migrate the embedded
+    SQLite default, refuse a stale PostgreSQL."""
+    engine = engine or open_engine(settings.database_url)
     if settings.is_sqlite:
         upgrade_if_behind(engine)
     else:
