@@ -43,8 +43,7 @@ from lockgate.machine.write_path import WritePath
 from lockgate.spec.session_lease import LeasePolicy
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine as SqlEngine
-
+    from lockgate.machine.db.connect import Database
     from lockgate.machine.tools.http_calls import HttpLimits
 
 log = logging.getLogger("lockgate.runtime")
@@ -160,7 +159,7 @@ class Runtime:
         secrets: SecretStore | None = None,
         faults: Faults | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        database: SqlEngine | None = None,
+        database: Database | None = None,
     ) -> Runtime:
         """`database`: an engine already open on `settings.database_url` (the simulator
         keeps one per simulated database across the incarnations that use it)."""

@@ -11,6 +11,9 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+#: An open database, as code outside machine/db/ names it (it never touches SQLAlchemy).
+Database = Engine
+
 
 def normalise_url(url: str) -> str:
     """Use psycopg 3 for PostgreSQL whatever spelling the platform gave us."""
