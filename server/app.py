@@ -240,6 +240,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={404: no_route, 405: no_route, HTTPException: http_exception},
     )
+    app.max_calls = settings.max_calls
     keyed = keys if settings.metrics_require_key else None
     app.include_router(operations_router(runtime, metrics, ready, keyed))
     app.include_router(approvals.router(auth))

@@ -141,7 +141,7 @@ class ApprovalSurface:
             execution_id,
             Action(body.action),
             call=call,
-            content={"grant": body.grant} if body.grant is not None else None,
+            content={"grant": body.grant.model_dump()} if body.grant is not None else None,
             shown=body.digest,
         )
         outcome = await self.decisions.decide(Person(person, door), decision)

@@ -243,7 +243,11 @@ Every refusal is `{"error": {"code": "<stable code>", "message": "...", "hint": 
 
 
 class LockgateApi(FastAPI):
-    """The application: FastAPI, whose document states each operation's credentials."""
+    """The application: FastAPI, whose document states each operation's credentials, and
+    this server's own bounds where a request's schema depends on them."""
+
+    #: LOCKGATE_MAX_CALLS: the most calls a grant may cover.
+    max_calls: int | None = None
 
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
@@ -263,4 +267,7 @@ class LockgateApi(FastAPI):
             schemas = document.get("components", {}).get("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
+            calls = schemas.get("CallsGrant", {}).get("properties", {}).get("calls")
+            if calls is not None and self.max_calls is not None:
+                calls["maximum"] = self.max_calls
         return self.openapi_schema or {}

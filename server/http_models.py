@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from lockgate.spec import ExecutionStatus
 
@@ -52,6 +52,31 @@ class ResumeBody(BaseModel):
     )
 
 
+class CallsGrant(BaseModel):
+    """The next `calls` calls of the same tool in this execution, decided at once."""
+
+    model_config = ConfigDict(extra="forbid")
+    calls: int = Field(
+        ge=1, description="Up to the execution's call limit (LOCKGATE_MAX_CALLS, this server's)."
+    )
+
+    @field_validator("calls", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        # JSON Schema's integer is any whole number (`3.0` too), never `true`; pydantic
+        # would read `true` as 1.
+        if isinstance(value, bool):
+            raise ValueError("calls is a number of calls, not a boolean")
+        return value
+
+
+class UntilEndGrant(BaseModel):
+    """Every later call of the same tool in this execution."""
+
+    model_config = ConfigDict(extra="forbid")
+    untilEnd: Literal[True]
+
+
 class PersonDecisionBody(BaseModel):
     """A signed-in person's decision on one call, as its page or the inbox sends it."""
 
@@ -65,9 +90,8 @@ class PersonDecisionBody(BaseModel):
         description="The `digest` of the call as it was shown (required to accept).",
     )
     #: For code that calls the tool in a loop: `{"calls": N}` or `{"untilEnd": true}`.
-    grant: JsonValue = Field(
-        default=None,
-        description='For a tool called in a loop: `{"calls": N}` or `{"untilEnd": true}`.',
+    grant: CallsGrant | UntilEndGrant | None = Field(
+        default=None, description="With an accept, for a tool called in a loop."
     )
     #: Where the person decided, for the audit record.
     door: Literal["page", "inbox"] = "page"
@@ -83,7 +107,7 @@ class PasskeyAnswer(BaseModel):
 
 
 class NoFields(BaseModel):
-    """An empty object (`{}`); the body may also be left out."""
+    """An empty object: `{}`."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
 from lockgate.server.auth import ASGIApp, Message, Receive, Scope, Send, bearer_token
-from lockgate.server.http_api import API_KEY, ProblemRoute, answer_head, refusals
+from lockgate.server.http_api import API_KEY, ProblemRoute, answer_head
 from lockgate.server.http_models import Health, Readiness
 from lockgate.server.keys import ApiKeys
 
@@ -200,6 +200,9 @@ METRICS_KEY = "This server asks for an API key at /metrics (LOCKGATE_METRICS_REQ
 PROMETHEUS = "text/plain; version=0.0.4"
 
 
+PROBLEM = {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
 class PrometheusText(Response):
     media_type = PROMETHEUS
 
@@ -248,7 +251,8 @@ def operations_router(
                 "content": {PROMETHEUS: {"schema": {"type": "string"}}},
                 "description": "Prometheus's text format.",
             },
-            **(refusals([401], {401: METRICS_KEY}) if keys is not None else {}),
+            # The refusal is JSON, not the route's text (which a `model` here would claim).
+            **({401: {"description": METRICS_KEY, "content": PROBLEM}} if keys is not None else {}),
         },
         # The key is asked for only where the operator said so: the document says what this
         # server does.

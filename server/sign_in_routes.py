@@ -242,12 +242,17 @@ class SignInRoutes:
             }
         }
         posted = [Depends(auth.posted_by_proof)]
+        # The options' (and signing out's) body is `{}`, as the pages send it: documented as
+        # required because the request must be sent as JSON (`check_posted`) even when it
+        # carries nothing; an empty JSON body is still taken as `{}`.
+        json_object = {"requestBody": {"required": True}}
 
         @router.post(
             "/signin/passkey/options",
             response_model=PasskeyOptions,
             responses=refusals([400, 403, 413, 415, 421, 429], {400: OPTIONS_SHAPE}),
             dependencies=posted,
+            openapi_extra=json_object,
             summary="Start signing in with a passkey: the options for the authenticator",
             operation_id="passkeySignInOptions",
         )
@@ -273,12 +278,15 @@ class SignInRoutes:
         @router.post(
             "/signout",
             response_model=SignedOutAnswer,
-            responses=refusals([401, 403, 415, 421]),
+            responses=refusals([400, 401, 403, 413, 415, 421], {400: OPTIONS_SHAPE}),
+            openapi_extra=json_object,
             summary="End the person's session, on every instance",
             operation_id="signOut",
         )
         async def sign_out(
-            person: SignedIn = Depends(auth.person), _posted: None = Depends(auth.posted)
+            _body: NoFields | None = None,
+            person: SignedIn = Depends(auth.person),
+            _posted: None = Depends(auth.posted),
         ) -> Response:
             return await self.sign_out(person)
 
@@ -289,6 +297,7 @@ class SignInRoutes:
                 [400, 403, 404, 410, 413, 415, 421, 429], {400: OPTIONS_SHAPE, **ENROL_REFUSALS}
             ),
             dependencies=posted,
+            openapi_extra=json_object,
             summary="Start registering a passkey with a one-time enrolment link",
             operation_id="enrolOptions",
         )
