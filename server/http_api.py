@@ -148,8 +148,8 @@ class ProblemRoute(APIRoute):
             return from_error(exc)
         if isinstance(exc, HTTPException):
             return http_problem(exc)
-        # The type only (`exc_info` would log the message, which may carry data).
-        log.error("%s %s failed: %s", request.method, self.path, type(exc).__name__)
+        # The log's formatters keep only the exception's type (its message may carry data).
+        log.error("%s %s failed", request.method, self.path, exc_info=exc)
         return problem(500, "internal_error", "The server failed to handle this request; retry.")
 
     def invalid(self, exc: RequestValidationError) -> Response:
