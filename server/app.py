@@ -1,5 +1,10 @@
 """The Lockgate application: MCP at /mcp, the approval page and API, operations endpoints.
 
+A FastAPI application: the JSON API (the principal's executions, a person's approvals, the
+sign-in ceremonies, health, readiness and metrics) is FastAPI's routers, described at
+/openapi.json (`server/http_api.py`); the people's HTML pages and /mcp (the MCP SDK's own
+ASGI app, described by the protocol) are plain Starlette routes beside them.
+
 Boot order: the runtime registers this incarnation at once, then recovers dead instances'
 work in the background; /readyz answers 503 and /mcp asks clients to retry until that
 recovery finished, so no request races the recovery of the work it is about. A session's GET
@@ -16,11 +21,10 @@ from collections.abc import AsyncIterator
 
 from anyio import to_thread
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.settings import Settings
@@ -39,6 +43,7 @@ from lockgate.server.auth import (
 )
 from lockgate.server.durable_sessions import DurableSessionManager
 from lockgate.server.event_store import ReplayLogs
+from lockgate.server.http_api import DESCRIPTION, ApiAuth, LockgateApi, http_exception
 from lockgate.server.http_guards import BodyLimit, HostAllowlist, transport_security
 from lockgate.server.keys import ApiKeys
 from lockgate.server.mcp_server import LockgateMCP
@@ -46,7 +51,7 @@ from lockgate.server.operations import (
     Metrics,
     TimedRequests,
     log_transitions,
-    operations_routes,
+    operations_router,
 )
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.person_session import PersonAuth
@@ -93,15 +98,29 @@ ROUTES_HINT = (
 )
 
 
+#: The methods a 405's Allow header may name.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path: a path's methods may be split
+    between routes (the JSON API's GET and POST, a page's GET and its form's POST)."""
+    routes = request.app.router.routes
+
+    def served(method: str) -> bool:
+        scope = {**request.scope, "method": method}
+        return any(route.matches(scope)[0] is Match.FULL for route in routes)
+
+    return [method for method in METHODS if served(method)]
+
+
 async def no_route(request: Request, exc: Exception) -> Response:
     """An unknown path or method, answered as every other refusal here: a JSON error with a
     code and what to do (Starlette's own answer is a bare text line)."""
     status = exc.status_code if isinstance(exc, HTTPException) else 404
     path = request.url.path[:200]
     if status == 405:
-        allowed = (
-            exc.headers.get("Allow", "") if isinstance(exc, HTTPException) and exc.headers else ""
-        )
+        allowed = ", ".join(allowed_methods(request))
         return JSONResponse(
             {
                 "error": {
@@ -128,7 +147,7 @@ def create_app(
     settings: Settings | None = None,
     runtime: Runtime | None = None,
     signing: SigningKeys | None = None,
-) -> Starlette:
+) -> LockgateApi:
     """The application; `signing` as `signing_keys(settings)` finds them when not given
     (which refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
     settings = settings or Settings()
@@ -170,7 +189,7 @@ def create_app(
         log.info("ready: boot recovery finished (%s)", runtime.boot_report)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: LockgateApi) -> AsyncIterator[None]:
         async with session_manager.run():
             threading.Thread(target=boot, name="lockgate-boot", daemon=True).start()
             try:
@@ -200,19 +219,33 @@ def create_app(
     mcp_endpoint = WhenReady(
         BearerAuth(gate, keys, rate=rate, recheck_secs=settings.key_recheck_secs), ready
     )
-    app = Starlette(
+    auth = ApiAuth(access, people)
+    inbox = ApprovalInbox(approvals)
+    sign_in = SignInRoutes(runtime.people, people)
+    app = LockgateApi(
+        title="Lockgate",
+        description=DESCRIPTION,
+        # The document only: an interactive page would load its script from elsewhere, which
+        # this server's pages never do (their Content-Security-Policy allows none); any
+        # OpenAPI viewer reads /openapi.json.
+        openapi_url="/openapi.json",
+        docs_url=None,
+        redoc_url=None,
         routes=[
-            *operations_routes(
-                runtime, metrics, ready, keys if settings.metrics_require_key else None
-            ),
-            *approvals.routes(),
-            *ApprovalInbox(approvals).routes(),
-            *SignInRoutes(runtime.people, people, access).routes(),
+            *approvals.pages(),
+            *inbox.pages(),
+            *sign_in.pages(),
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
         ],
         lifespan=lifespan,
-        exception_handlers={404: no_route, 405: no_route},
+        exception_handlers={404: no_route, 405: no_route, HTTPException: http_exception},
     )
+    app.max_calls = settings.max_calls
+    keyed = keys if settings.metrics_require_key else None
+    app.include_router(operations_router(runtime, metrics, ready, keyed))
+    app.include_router(approvals.router(auth))
+    app.include_router(inbox.router(auth))
+    app.include_router(sign_in.router(auth))
     app.state.runtime = runtime
     app.state.drain = drain
     # Outermost: no route reads more than the body limit, and /mcp, the people's pages and

@@ -1,5 +1,6 @@
 """The HTTP API's checks on a principal's request (its API key), the key-side twin of
-`server/person_session.py`: who the key belongs to, the request budget, the body's bound.
+`server/person_session.py`: who the key belongs to, the request budget, the body's media type
+(its size is bounded for every route by `BodyLimit`, `server/http_guards.py`).
 
 A key reads its own executions and may give up its own calls (decline, cancel): it is the
 agent's credential. It accepts only where the operator chose approval mode `model`
@@ -68,19 +69,6 @@ class ApprovalAccess:
                 headers={"Retry-After": str(round(wait))},
             )
         return principal
-
-    async def read_body(self, request: Request) -> bytes:
-        limit = self.runtime.settings.max_request_bytes
-        declared = request.headers.get("content-length", "")
-        too_large = Refusal(413, "invalid_input", f"The body is larger than {limit} bytes.")
-        if declared.isdigit() and int(declared) > limit:
-            raise too_large
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise too_large
-        return bytes(body)
 
     @staticmethod
     def check_json(request: Request) -> None:

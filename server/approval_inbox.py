@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from anyio import to_thread
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -22,9 +23,11 @@ from starlette.routing import Route
 from lockgate.machine.approval_audit import exported
 from lockgate.machine.errors import LockgateError
 from lockgate.machine.people import SignedIn
-from lockgate.server.approval_answers import NO_STORE, Refusal, from_error, refused
+from lockgate.server.approval_answers import NO_STORE
 from lockgate.server.approval_page import ApprovalSurface
 from lockgate.server.call_shown import call_shown, page_url
+from lockgate.server.http_api import ApiAuth, ProblemRoute, answer_head, refusals
+from lockgate.server.http_models import Inbox
 from lockgate.server.pages import render
 from lockgate.server.person_session import csrf_token
 
@@ -88,15 +91,8 @@ class ApprovalInbox:
             "decided": decided,
         }
 
-    async def _api(self, request: Request) -> Response:
-        try:
-            self.approvals.access.refuse_link_tokens(request)
-            person = await self.approvals.people.require(request)
-            body = await to_thread.run_sync(self.listing, person)
-        except Refusal as exc:
-            return refused(exc)
-        except LockgateError as exc:
-            return from_error(exc)
+    async def _api(self, person: SignedIn) -> Response:
+        body = await to_thread.run_sync(self.listing, person)
         return JSONResponse(body, headers=NO_STORE)
 
     async def _page(self, request: Request) -> Response:
@@ -117,14 +113,26 @@ class ApprovalInbox:
             csrf=csrf,
         )
 
-    def routes(self) -> list[Route]:
-        async def api(request: Request) -> Response:
-            return await self._api(request)
+    def router(self, auth: ApiAuth) -> APIRouter:
+        router = APIRouter(route_class=ProblemRoute)
+
+        @router.get(
+            "/api/approvals",
+            response_model=Inbox,
+            responses=refusals([401, 421]),
+            tags=["approvals (a person)"],
+            summary="What waits for the signed-in person's decision, and what was decided lately",
+            operation_id="inbox",
+        )
+        async def api(person: SignedIn = Depends(auth.person)) -> Response:
+            return await self._api(person)
+
+        return answer_head(router)
+
+    def pages(self) -> list[Route]:
+        """The inbox page (HTML; not in the API's document)."""
 
         async def page(request: Request) -> Response:
             return await self._page(request)
 
-        return [
-            Route("/api/approvals", api, methods=["GET"]),
-            Route("/approvals", page, methods=["GET"]),
-        ]
+        return [Route("/approvals", page, methods=["GET"])]

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable
-from typing import Literal
 from urllib.parse import quote
 
 from anyio import to_thread
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -32,21 +30,21 @@ from starlette.routing import Route
 from lockgate.machine.approval_audit import Door
 from lockgate.machine.approval_modes import ApprovalModes
 from lockgate.machine.engine import Action
-from lockgate.machine.errors import LockgateError
 from lockgate.machine.people import SignedIn
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.views import ExecutionView
 from lockgate.server.approval_access import ApprovalAccess
-from lockgate.server.approval_answers import (
-    NO_STORE,
-    Refusal,
-    from_error,
-    problem,
-    public_view,
-    refused,
-)
+from lockgate.server.approval_answers import NO_STORE, Refusal, public_view
 from lockgate.server.call_shown import CallShown, call_shown, page_url
 from lockgate.server.decisions import Agent, Decision, Decisions, Person
+from lockgate.server.http_api import ApiAuth, ProblemRoute, answer_head, refusals
+from lockgate.server.http_models import (
+    CallOut,
+    ExecutionOut,
+    ExecutionRunning,
+    PersonDecisionBody,
+    ResumeBody,
+)
 from lockgate.server.pages import expiry_text, failure_notice, notice, render, settled_notice
 from lockgate.server.person_session import PersonAuth, csrf_token
 from lockgate.server.runner import ExecutionRunner
@@ -55,34 +53,12 @@ from lockgate.server.shapes import Running
 log = logging.getLogger("lockgate.approval")
 
 
-class ResumeBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["accept", "decline", "cancel"]
-    content: JsonValue = None
-
-
-class PersonDecisionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["accept", "decline"]
-    #: The digest of the call as the page showed it (sha256, hex).
-    digest: str | None = Field(default=None, min_length=64, max_length=64)
-    #: For code that calls the tool in a loop: `{"calls": N}` or `{"untilEnd": true}`.
-    grant: JsonValue = None
-    #: Where the person decided, for the audit record.
-    door: Literal["page", "inbox"] = "page"
-
-
-async def answer(work: Awaitable[Response]) -> Response:
-    """Every refusal as a JSON problem; anything unexpected logged, never shown."""
-    try:
-        return await work
-    except Refusal as exc:
-        return refused(exc)
-    except LockgateError as exc:
-        return from_error(exc)
-    except Exception:
-        log.exception("the approval API failed")
-        return problem(500, "internal_error", "The server failed to handle this request; retry.")
+#: What the key's resume and a person's decision answer to a body that is not one.
+RESUME_SHAPE = 'The body must be {"action": "accept" | "decline" | "cancel"}.'
+DECISION_SHAPE = (
+    'The body must be {"action": "accept" | "decline", "digest": "<the digest the page '
+    'shows>"} (and optionally "grant": {"calls": N} or {"untilEnd": true}).'
+)
 
 
 class ApprovalSurface:
@@ -111,23 +87,12 @@ class ApprovalSurface:
 
     # -- the principal's key --------------------------------------------------------------
 
-    async def _get(self, execution_id: str, request: Request) -> Response:
-        principal = await self.access.key_principal(request)
+    async def _get(self, execution_id: str, principal: str) -> Response:
         view = await to_thread.run_sync(self.runtime.engine.get, execution_id, principal)
         code = await to_thread.run_sync(self._code, execution_id)
         return JSONResponse(public_view(view, code), headers=NO_STORE)
 
-    async def _resume(self, execution_id: str, request: Request) -> Response:
-        self.access.check_json(request)
-        principal = await self.access.key_principal(request)
-        try:
-            body = ResumeBody.model_validate_json(await self.access.read_body(request))
-        except ValidationError:
-            raise Refusal(
-                400,
-                "invalid_input",
-                'The body must be {"action": "accept" | "decline" | "cancel"}.',
-            ) from None
+    async def _resume(self, execution_id: str, principal: str, body: ResumeBody) -> Response:
         who = Agent(principal, Door.HTTP_API, self.modes.for_principal(principal))
         decision = Decision(execution_id, Action(body.action), content=body.content)
         return await self._outcome(execution_id, await self.decisions.decide(who, decision))
@@ -164,31 +129,19 @@ class ApprovalSurface:
             shown = await to_thread.run_sync(call_shown, store, execution_id, call) or shown
         return shown
 
-    async def _person_get(self, execution_id: str, call: int, request: Request) -> Response:
-        self.access.refuse_link_tokens(request)
-        person = await self.people.require(request)
+    async def _person_get(self, execution_id: str, call: int, person: SignedIn) -> Response:
         shown = await self.shown_to(person, execution_id, call)
         return JSONResponse(shown.as_json(), headers=NO_STORE)
 
-    async def _person_decide(self, execution_id: str, call: int, request: Request) -> Response:
-        self.access.refuse_link_tokens(request)
-        person = await self.people.require(request)
-        self.people.check_posted(request)
-        try:
-            body = PersonDecisionBody.model_validate_json(await self.access.read_body(request))
-        except ValidationError:
-            raise Refusal(
-                400,
-                "invalid_input",
-                'The body must be {"action": "accept" | "decline", "digest": "<the digest the '
-                'page shows>"} (and optionally "grant": {"calls": N} or {"untilEnd": true}).',
-            ) from None
+    async def _person_decide(
+        self, execution_id: str, call: int, person: SignedIn, body: PersonDecisionBody
+    ) -> Response:
         door = Door.INBOX if body.door == "inbox" else Door.APPROVAL_PAGE
         decision = Decision(
             execution_id,
             Action(body.action),
             call=call,
-            content={"grant": body.grant} if body.grant is not None else None,
+            content={"grant": body.grant.model_dump()} if body.grant is not None else None,
             shown=body.digest,
         )
         outcome = await self.decisions.decide(Person(person, door), decision)
@@ -234,18 +187,77 @@ class ApprovalSurface:
             csrf=csrf,
         )
 
-    def routes(self) -> list[Route]:
-        async def get_execution(request: Request) -> Response:
-            return await answer(self._get(request.path_params["execution_id"], request))
+    def router(self, auth: ApiAuth) -> APIRouter:
+        """The JSON API: the principal's key on its own executions, a person on a call."""
+        router = APIRouter(route_class=ProblemRoute)
 
-        async def resume(request: Request) -> Response:
-            return await answer(self._resume(request.path_params["execution_id"], request))
+        @router.get(
+            "/api/executions/{execution_id}",
+            response_model=ExecutionOut,
+            responses=refusals([401, 404, 421, 429]),
+            tags=["executions (API key)"],
+            summary="The principal's own execution",
+            operation_id="getExecution",
+        )
+        async def get_execution(
+            execution_id: str, principal: str = Depends(auth.principal)
+        ) -> Response:
+            return await self._get(execution_id, principal)
 
-        async def person_call(request: Request) -> Response:
-            eid, call = request.path_params["execution_id"], request.path_params["call"]
-            if request.method == "POST":
-                return await answer(self._person_decide(eid, call, request))
-            return await answer(self._person_get(eid, call, request))
+        @router.post(
+            "/api/executions/{execution_id}/resume",
+            response_model=ExecutionOut | ExecutionRunning,
+            responses=refusals(
+                [400, 401, 403, 404, 409, 410, 413, 415, 421, 429], {400: RESUME_SHAPE}
+            ),
+            tags=["executions (API key)"],
+            summary="Decline or cancel the call it waits on (accept: approval mode `model` only)",
+            operation_id="resumeExecution",
+        )
+        async def resume(
+            execution_id: str,
+            body: ResumeBody,
+            _json: None = Depends(auth.json_only),
+            principal: str = Depends(auth.principal),
+        ) -> Response:
+            return await self._resume(execution_id, principal, body)
+
+        @router.get(
+            "/api/approvals/{execution_id}/{call:int}",
+            response_model=CallOut,
+            responses=refusals([401, 403, 404, 421]),
+            tags=["approvals (a person)"],
+            summary="A call, exactly as its page shows it, with its digest",
+            operation_id="getCall",
+        )
+        async def person_call(
+            execution_id: str, call: int, person: SignedIn = Depends(auth.person)
+        ) -> Response:
+            return await self._person_get(execution_id, call, person)
+
+        @router.post(
+            "/api/approvals/{execution_id}/{call:int}",
+            response_model=ExecutionOut | ExecutionRunning,
+            responses=refusals(
+                [400, 401, 403, 404, 409, 410, 413, 415, 421, 429], {400: DECISION_SHAPE}
+            ),
+            tags=["approvals (a person)"],
+            summary="Accept or decline a call (naming the digest of what was shown)",
+            operation_id="decideCall",
+        )
+        async def person_decide(
+            execution_id: str,
+            call: int,
+            body: PersonDecisionBody,
+            person: SignedIn = Depends(auth.person),
+            _posted: None = Depends(auth.posted),
+        ) -> Response:
+            return await self._person_decide(execution_id, call, person, body)
+
+        return answer_head(router)
+
+    def pages(self) -> list[Route]:
+        """The approval page (HTML; not in the API's document)."""
 
         async def page(request: Request) -> Response:
             try:
@@ -266,9 +278,6 @@ class ApprovalSurface:
             )
 
         return [
-            Route("/api/executions/{execution_id}", get_execution, methods=["GET"]),
-            Route("/api/executions/{execution_id}/resume", resume, methods=["POST"]),
-            Route("/api/approvals/{execution_id}/{call:int}", person_call, methods=["GET", "POST"]),
             Route("/approve/{execution_id}/{call:int}", page, methods=["GET"]),
             Route("/approve/{token}", old_link, methods=["GET"]),
         ]

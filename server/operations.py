@@ -11,16 +11,18 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from fastapi import APIRouter, Security
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from lockgate.machine.records import Change
 from lockgate.machine.runtime import Runtime
 from lockgate.server.auth import ASGIApp, Message, Receive, Scope, Send, bearer_token
+from lockgate.server.http_api import API_KEY, ProblemRoute, answer_head
+from lockgate.server.http_models import Health, Readiness
 from lockgate.server.keys import ApiKeys
 
 #: What of a request's path is a secret: an enrolment link's (`/enrol/<id>.<secret>`), and
@@ -193,23 +195,73 @@ def log_transitions(changes: tuple[Change, ...]) -> None:
         )
 
 
-def operations_routes(
-    runtime: Runtime, metrics: Metrics, ready: Any, keys: ApiKeys | None = None
-) -> list[Route]:
-    """Health, readiness and metrics; `keys` given, /metrics wants a valid API key."""
+METRICS_KEY = "This server asks for an API key at /metrics (LOCKGATE_METRICS_REQUIRE_KEY)."
+#: Prometheus's text exposition format, as `generate_latest` writes it.
+PROMETHEUS = "text/plain; version=0.0.4"
 
-    async def healthz(_request: Request) -> Response:
+
+PROBLEM = {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+class PrometheusText(Response):
+    media_type = PROMETHEUS
+
+
+def operations_router(
+    runtime: Runtime, metrics: Metrics, ready: Any, keys: ApiKeys | None = None
+) -> APIRouter:
+    """Health, readiness and metrics (the operator's part of the HTTP API: administration is
+    the command line); `keys` given, /metrics wants a valid API key."""
+    router = APIRouter(route_class=ProblemRoute, tags=["operations"])
+
+    @router.get(
+        "/healthz",
+        response_model=Health,
+        summary="The process answers",
+        operation_id="health",
+    )
+    async def healthz() -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def readyz(_request: Request) -> Response:
+    @router.get(
+        "/readyz",
+        response_model=Readiness,
+        responses={
+            503: {
+                "model": Readiness,
+                "description": "Not ready: boot recovery is running (`recovering`), or "
+                "another instance took this one's work over (`fenced`).",
+            }
+        },
+        summary="Boot recovery finished and this instance serves",
+        operation_id="readiness",
+    )
+    async def readyz() -> Response:
         if not ready.is_set():
             return JSONResponse({"status": "recovering"}, status_code=503)
         if runtime.fenced.is_set():
             return JSONResponse({"status": "fenced"}, status_code=503)
         return JSONResponse({"status": "ready", "instance": runtime.lease.id})
 
+    @router.get(
+        "/metrics",
+        response_class=PrometheusText,
+        responses={
+            200: {
+                "content": {PROMETHEUS: {"schema": {"type": "string"}}},
+                "description": "Prometheus's text format.",
+            },
+            # The refusal is JSON, not the route's text (which a `model` here would claim).
+            **({401: {"description": METRICS_KEY, "content": PROBLEM}} if keys is not None else {}),
+        },
+        # The key is asked for only where the operator said so: the document says what this
+        # server does.
+        dependencies=[Security(API_KEY)] if keys is not None else [],
+        summary="Prometheus metrics",
+        operation_id="metrics",
+    )
     def prometheus(request: Request) -> Response:
-        # Not async: checking the key reads the database (Starlette runs it on a thread).
+        # Not async: checking the key reads the database (FastAPI runs it on a thread).
         if keys is not None:
             token = bearer_token(request.scope)
             if token is None or keys.authenticate(token) is None:
@@ -224,13 +276,9 @@ def operations_routes(
                     status_code=401,
                     headers={"WWW-Authenticate": 'Bearer realm="lockgate"'},
                 )
-        return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
+        return PrometheusText(generate_latest(metrics.registry))
 
-    return [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-    ]
+    return answer_head(router)
 
 
 class TimedRequests:

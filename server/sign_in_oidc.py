@@ -11,6 +11,9 @@ The sign-in's state is a sign-in challenge row (its PKCE verifier, nonce and whe
 next), taken (deleted) by the callback that uses it, and bound to the browser that started
 it by a short-lived cookie: a callback with a state this browser did not start, or one
 already used, is refused. A code is exchanged once; the provider refuses a replayed one.
+
+authlib and joserfc are imported by the steps that use them, not with this module: they are
+a tenth of a boot's imports, and only a person signing in needs them.
 """
 
 from __future__ import annotations
@@ -19,24 +22,16 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-from authlib.oauth2.rfc6749.parameters import prepare_grant_uri
-from authlib.oauth2.rfc7636 import create_s256_code_challenge
-from authlib.oidc.core import CodeIDToken
-from joserfc import jwt
-from joserfc.errors import (
-    BadSignatureError,
-    ExpiredTokenError,
-    InvalidClaimError,
-    JoseError,
-    MissingClaimError,
-)
-from joserfc.jwk import KeySet
 
 from lockgate.machine.people import Issued, People
 from lockgate.server.sign_in_passkey import SignInRefused
+
+if TYPE_CHECKING:
+    from joserfc.errors import JoseError
+    from joserfc.jwk import KeySet
 
 #: How long the person has to come back from the provider.
 ROUND_TRIP = timedelta(minutes=10)
@@ -53,6 +48,8 @@ LEEWAY_SECONDS = 60
 
 def _claim_words(exc: JoseError) -> str:
     """What was wrong with the ID token, in words."""
+    from joserfc.errors import ExpiredTokenError, InvalidClaimError, MissingClaimError
+
     if isinstance(exc, ExpiredTokenError):
         return "it has expired"
     claim = getattr(exc, "claim", "") or ""
@@ -130,11 +127,16 @@ class OidcSignIn:
                     "exactly as it publishes it.",
                 )
             jwks = await self._get_json(client, str(metadata["jwks_uri"]))
+        from joserfc.jwk import KeySet
+
         self._provider = _Provider(metadata, KeySet.import_key_set(jwks))  # type: ignore[arg-type]
         return self._provider
 
     async def start(self, next_path: str) -> SignInStart:
         """Where to send the person's browser, and the state it must come back with."""
+        from authlib.oauth2.rfc6749.parameters import prepare_grant_uri
+        from authlib.oauth2.rfc7636 import create_s256_code_challenge
+
         provider = await self.provider()
         nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(64)
         state = self.people.challenges.begin(
@@ -219,6 +221,10 @@ class OidcSignIn:
         return await self._verified(str(body["id_token"]), nonce)
 
     async def _verified(self, id_token: str, nonce: str) -> dict[str, Any]:
+        from authlib.oidc.core import CodeIDToken
+        from joserfc import jwt
+        from joserfc.errors import BadSignatureError, JoseError
+
         allowed = [a for a in self._provider_algorithms() if a in SIGNED] or ["RS256"]
         header = _header(id_token)
         if header.get("alg") not in allowed:

@@ -6,6 +6,9 @@ an IP address), and the expected origin its public URL. Each ceremony's challeng
 sign-in challenge row, taken (deleted) by the answer that uses it, so an answer counts once
 and on any instance. User verification is required: the authenticator checks that it is
 its owner (a PIN or a biometric), not only that someone touched it.
+
+`webauthn` is imported by the ceremonies that use it, not with this module: it is a tenth of
+a boot's imports, and only a person signing in needs it.
 """
 
 from __future__ import annotations
@@ -17,21 +20,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import JsonValue
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
-from webauthn.helpers.exceptions import WebAuthnException
-from webauthn.helpers.structs import (
-    AuthenticatorSelectionCriteria,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
 
 from lockgate.machine.errors import ErrorCode, LockgateError
 from lockgate.machine.people import Issued, NewPasskey, People
@@ -56,6 +44,8 @@ class Passkeys:
         self.rp_id = parts.hostname or "localhost"
 
     def _challenge(self, kind: str, data: dict[str, JsonValue]) -> tuple[str, bytes]:
+        from webauthn.helpers import bytes_to_base64url
+
         challenge = secrets.token_bytes(32)
         data = {**data, "challenge": bytes_to_base64url(challenge)}
         return self.people.challenges.begin(kind, data, CEREMONY), challenge
@@ -72,6 +62,15 @@ class Passkeys:
     # -- registration, through an enrolment link ------------------------------------------
 
     def registration_options(self, token: str) -> dict[str, Any]:
+        from webauthn import generate_registration_options, options_to_json
+        from webauthn.helpers import base64url_to_bytes
+        from webauthn.helpers.structs import (
+            AuthenticatorSelectionCriteria,
+            PublicKeyCredentialDescriptor,
+            ResidentKeyRequirement,
+            UserVerificationRequirement,
+        )
+
         enrolment, approver = self.people.enrolment(token)
         held = self.people.rows.passkeys_of(approver.id)
         row_id, challenge = self._challenge(REGISTER, {"enrolment": enrolment.id})
@@ -95,6 +94,10 @@ class Passkeys:
     def register(self, token: str, challenge_id: object, credential: object) -> Issued:
         """Verify the authenticator's answer, then store the passkey, use the link and sign
         the person in (`People.complete_enrolment`)."""
+        from webauthn import verify_registration_response
+        from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
+        from webauthn.helpers.exceptions import WebAuthnException
+
         enrolment, _ = self.people.enrolment(token)
         data = self._take(challenge_id, REGISTER)
         if data.get("enrolment") != enrolment.id:
@@ -129,6 +132,9 @@ class Passkeys:
     # -- signing in -----------------------------------------------------------------------
 
     def sign_in_options(self) -> dict[str, Any]:
+        from webauthn import generate_authentication_options, options_to_json
+        from webauthn.helpers.structs import UserVerificationRequirement
+
         row_id, challenge = self._challenge(SIGN_IN, {})
         options = generate_authentication_options(
             rp_id=self.rp_id,
@@ -138,6 +144,10 @@ class Passkeys:
         return {"challenge": row_id, "publicKey": json.loads(options_to_json(options))}
 
     def sign_in(self, challenge_id: object, credential: object) -> Issued:
+        from webauthn import verify_authentication_response
+        from webauthn.helpers import base64url_to_bytes
+        from webauthn.helpers.exceptions import WebAuthnException
+
         data = self._take(challenge_id, SIGN_IN)
         raw_id = credential.get("rawId") if isinstance(credential, dict) else None
         passkey = self.people.rows.passkey(raw_id) if isinstance(raw_id, str) else None

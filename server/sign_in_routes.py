@@ -7,26 +7,36 @@
   passkey with a one-time enrolment link.
 - `POST /signout`: the end of the session, on every instance at once.
 
-Where the person goes after signing in (`next`) is a path on this server only.
+The pages are plain routes; the JSON the pages' scripts send (the ceremonies, signing out)
+is the sign-in part of the HTTP API (`router`), described in /openapi.json. Where the person
+goes after signing in (`next`) is a path on this server only.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 from anyio import to_thread
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from lockgate.machine.errors import LockgateError
-from lockgate.machine.people import EnrolmentRefused, Issued, People
-from lockgate.server.approval_access import ApprovalAccess
-from lockgate.server.approval_answers import NO_STORE, Refusal, from_error, problem, refused
+from lockgate.machine.people import EnrolmentRefused, Issued, People, SignedIn
+from lockgate.server.approval_answers import NO_STORE, problem
+from lockgate.server.http_api import ApiAuth, ProblemRoute, refusals
+from lockgate.server.http_models import (
+    EnrolledAnswer,
+    NoFields,
+    PasskeyAnswer,
+    PasskeyOptions,
+    SignedInAnswer,
+    SignedOutAnswer,
+)
 from lockgate.server.pages import expiry_text, failure_notice, notice, render
 from lockgate.server.person_session import (
     SIGN_IN_COOKIE,
@@ -53,9 +63,38 @@ def safe_next(value: str | None) -> str:
     return value
 
 
+class SignInRoute(ProblemRoute):
+    """The sign-in API's own refusals: an enrolment link that cannot be used, a proof that
+    proved nothing."""
+
+    def problem_for(self, exc: Exception, request: Request) -> Response:
+        if isinstance(exc, EnrolmentRefused):
+            status = 404 if exc.reason == "unknown" else 410
+            return problem(status, f"enrolment_{exc.reason}", exc.message, exc.hint)
+        if isinstance(exc, SignInRefused):
+            return problem(401, "sign_in_refused", exc.message, exc.hint)
+        return super().problem_for(exc, request)
+
+
+#: What the ceremonies' answers refuse, besides a bad body.
+SIGN_IN_REFUSALS = {
+    401: "The proof did not prove who the person is (`sign_in_refused`): unknown passkey, "
+    "a challenge answered already or expired, a failed verification.",
+    403: "A cross-site request (its Origin is not this server's).",
+}
+ENROL_REFUSALS = {
+    **SIGN_IN_REFUSALS,
+    404: "No such enrolment link (`enrolment_unknown`).",
+    410: "The enrolment link was used already, or expired (`enrolment_used`, "
+    "`enrolment_expired`): ask the operator for a new one.",
+}
+ANSWER_SHAPE = 'The body must be a JSON object: {"challenge": "...", "credential": {...}}.'
+OPTIONS_SHAPE = "The body must be a JSON object (`{}`), or nothing."
+
+
 class SignInRoutes:
-    def __init__(self, people: People, auth: PersonAuth, access: ApprovalAccess) -> None:
-        self.people, self.auth, self.access = people, auth, access
+    def __init__(self, people: People, auth: PersonAuth) -> None:
+        self.people, self.auth = people, auth
         self.settings = people.settings
         self.passkeys = Passkeys(people)
         self.oidc = OidcSignIn(people)
@@ -64,17 +103,6 @@ class SignInRoutes:
         response = JSONResponse(body, headers=NO_STORE)
         set_session_cookie(response, issued, self.settings, self.people.clock().timestamp())
         return response
-
-    async def _json_body(self, request: Request) -> dict[str, Any]:
-        self.auth.check_posted(request, csrf=False)
-        raw = await self.access.read_body(request)
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise Refusal(400, "invalid_input", "The body is not JSON.") from None
-        if not isinstance(body, dict):
-            raise Refusal(400, "invalid_input", "The body must be a JSON object.")
-        return body
 
     # -- pages ----------------------------------------------------------------------------
 
@@ -177,41 +205,128 @@ class SignInRoutes:
 
     # -- JSON -----------------------------------------------------------------------------
 
-    async def passkey_options(self, request: Request) -> Response:
-        await self._json_body(request)
+    async def passkey_options(self) -> Response:
         options = await to_thread.run_sync(self.passkeys.sign_in_options)
         return JSONResponse(options, headers=NO_STORE)
 
-    async def passkey_sign_in(self, request: Request) -> Response:
-        body = await self._json_body(request)
+    async def passkey_sign_in(self, body: PasskeyAnswer) -> Response:
         issued = await to_thread.run_sync(
-            self.passkeys.sign_in, body.get("challenge"), body.get("credential")
+            self.passkeys.sign_in, body.challenge, body.credential
         )
         return self._signed_in(issued, {"signedIn": True})
 
-    async def enrol_options(self, request: Request) -> Response:
-        await self._json_body(request)
-        token = request.path_params["token"]
+    async def enrol_options(self, token: str) -> Response:
         options = await to_thread.run_sync(self.passkeys.registration_options, token)
         return JSONResponse(options, headers=NO_STORE)
 
-    async def enrol(self, request: Request) -> Response:
-        body = await self._json_body(request)
-        token = request.path_params["token"]
+    async def enrol(self, token: str, body: PasskeyAnswer) -> Response:
         issued = await to_thread.run_sync(
-            self.passkeys.register, token, body.get("challenge"), body.get("credential")
+            self.passkeys.register, token, body.challenge, body.credential
         )
         return self._signed_in(issued, {"signedIn": True, "next": DEFAULT_NEXT})
 
-    async def sign_out(self, request: Request) -> Response:
-        person = await self.auth.require(request)
-        self.auth.check_posted(request)
+    async def sign_out(self, person: SignedIn) -> Response:
         await to_thread.run_sync(self.people.sign_out, person.session_id)
         response = JSONResponse({"signedOut": True}, headers=NO_STORE)
         clear_session_cookie(response, self.settings)
         return response
 
-    def routes(self) -> list[Route]:
+    def router(self, auth: ApiAuth) -> APIRouter:
+        """The ceremonies' JSON (what the sign-in and enrolment pages' scripts send), and
+        signing out. Signing in takes no credential: the answer carries its proof."""
+        router = APIRouter(route_class=SignInRoute, tags=["sign-in"])
+        cookie = {
+            "Set-Cookie": {
+                "description": "The person's session cookie (HttpOnly, SameSite=Strict).",
+                "schema": {"type": "string"},
+            }
+        }
+        posted = [Depends(auth.posted_by_proof)]
+        # The options' (and signing out's) body is `{}`, as the pages send it: documented as
+        # required because the request must be sent as JSON (`check_posted`) even when it
+        # carries nothing; an empty JSON body is still taken as `{}`.
+        json_object = {"requestBody": {"required": True}}
+
+        @router.post(
+            "/signin/passkey/options",
+            response_model=PasskeyOptions,
+            responses=refusals([400, 403, 413, 415, 421, 429], {400: OPTIONS_SHAPE}),
+            dependencies=posted,
+            openapi_extra=json_object,
+            summary="Start signing in with a passkey: the options for the authenticator",
+            operation_id="passkeySignInOptions",
+        )
+        async def passkey_options(_body: NoFields | None = None) -> Response:
+            return await self.passkey_options()
+
+        @router.post(
+            "/signin/passkey",
+            response_model=SignedInAnswer,
+            responses={
+                200: {"description": "Signed in.", "headers": cookie},
+                **refusals(
+                    [400, 401, 403, 413, 415, 421], {400: ANSWER_SHAPE, **SIGN_IN_REFUSALS}
+                ),
+            },
+            dependencies=posted,
+            summary="Sign in with the authenticator's answer",
+            operation_id="passkeySignIn",
+        )
+        async def passkey_sign_in(body: PasskeyAnswer) -> Response:
+            return await self.passkey_sign_in(body)
+
+        @router.post(
+            "/signout",
+            response_model=SignedOutAnswer,
+            responses=refusals([400, 401, 403, 413, 415, 421], {400: OPTIONS_SHAPE}),
+            openapi_extra=json_object,
+            summary="End the person's session, on every instance",
+            operation_id="signOut",
+        )
+        async def sign_out(
+            _body: NoFields | None = None,
+            person: SignedIn = Depends(auth.person),
+            _posted: None = Depends(auth.posted),
+        ) -> Response:
+            return await self.sign_out(person)
+
+        @router.post(
+            "/enrol/{token}/options",
+            response_model=PasskeyOptions,
+            responses=refusals(
+                [400, 403, 404, 410, 413, 415, 421, 429], {400: OPTIONS_SHAPE, **ENROL_REFUSALS}
+            ),
+            dependencies=posted,
+            openapi_extra=json_object,
+            summary="Start registering a passkey with a one-time enrolment link",
+            operation_id="enrolOptions",
+        )
+        async def enrol_options(token: str, _body: NoFields | None = None) -> Response:
+            return await self.enrol_options(token)
+
+        @router.post(
+            "/enrol/{token}",
+            response_model=EnrolledAnswer,
+            responses={
+                200: {"description": "Registered, and signed in.", "headers": cookie},
+                **refusals(
+                    [400, 401, 403, 404, 410, 413, 415, 421],
+                    {400: ANSWER_SHAPE, **ENROL_REFUSALS},
+                ),
+            },
+            dependencies=posted,
+            summary="Register the passkey (the link is used up) and sign in",
+            operation_id="enrol",
+        )
+        async def enrol(token: str, body: PasskeyAnswer) -> Response:
+            return await self.enrol(token, body)
+
+        return router
+
+    def pages(self) -> list[Route]:
+        """The sign-in, provider round trip and enrolment pages (HTML; not in the API's
+        document)."""
+
         def page(handler: Callable[[Request], Awaitable[Response]]) -> Any:
             async def serve(request: Request) -> Response:
                 try:
@@ -222,35 +337,9 @@ class SignInRoutes:
 
             return serve
 
-        def api(handler: Callable[[Request], Awaitable[Response]]) -> Any:
-            async def serve(request: Request) -> Response:
-                try:
-                    return await handler(request)
-                except Refusal as exc:
-                    return refused(exc)
-                except EnrolmentRefused as exc:
-                    status = 404 if exc.reason == "unknown" else 410
-                    return problem(status, f"enrolment_{exc.reason}", exc.message, exc.hint)
-                except SignInRefused as exc:
-                    return problem(401, "sign_in_refused", exc.message, exc.hint)
-                except LockgateError as exc:
-                    return from_error(exc)
-                except Exception:
-                    log.exception("a sign-in request failed")
-                    return problem(
-                        500, "internal_error", "The server failed to handle this request; retry."
-                    )
-
-            return serve
-
         return [
             Route("/signin", page(self.signin_page), methods=["GET"]),
             Route("/signin/oidc", page(self.oidc_start), methods=["GET"]),
             Route("/signin/oidc/callback", page(self.oidc_callback), methods=["GET"]),
-            Route("/signin/passkey/options", api(self.passkey_options), methods=["POST"]),
-            Route("/signin/passkey", api(self.passkey_sign_in), methods=["POST"]),
-            Route("/signout", api(self.sign_out), methods=["POST"]),
             Route("/enrol/{token}", page(self.enrol_page), methods=["GET"]),
-            Route("/enrol/{token}/options", api(self.enrol_options), methods=["POST"]),
-            Route("/enrol/{token}", api(self.enrol), methods=["POST"]),
         ]

@@ -219,6 +219,7 @@ async def _mcp_execute(url: str, key: str, code: str) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-def mcp_execute(served: Served, code: str = WRITE_NOTE) -> dict[str, Any]:
-    """Run `execute` through a real MCP client session, as an agent's client would."""
-    return anyio.run(_mcp_execute, served.url, served.key, code)
+def mcp_execute(served: Served, code: str = WRITE_NOTE, key: str | None = None) -> dict[str, Any]:
+    """Run `execute` through a real MCP client session, as an agent's client would (with
+    `key`, another principal's agent)."""
+    return anyio.run(_mcp_execute, served.url, key or served.key, code)
