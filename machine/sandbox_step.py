@@ -51,7 +51,7 @@ from lockgate.machine.values import limit_size, to_json, truncation_marker
 PRELUDE = "import tools"
 # Sleeps return at once: a paused execution should wait on tools, not hold a worker. Monty
 # answers them itself under this policy, before and after a snapshot is loaded, so they never
-# reach `_answer` (checked against 1.4.0: tests/test_sandbox.py).
+# reach `_answer` (checked against 1.4.0: tests/unit/test_sandbox.py).
 OS_POLICY: pydantic_monty.OSPolicy = {"sleep": "zero"}
 _UNSUPPORTED_PREFIX = "The monty syntax parser does not yet support "
 

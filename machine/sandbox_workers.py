@@ -20,7 +20,7 @@ worker is idle: steps at once, after a worker crashed or was killed), and steps 
 threads that come and go (anyio's end after 10 s idle), so every such call goes to
 `Spawner`: one thread that lives as long as the Sandbox. Nothing else forks (checked
 against 1.4.0: a session's and the pool's exit only end workers); a test in
-tests/test_sandbox_orphans.py checks which thread forked a step's worker.
+tests/processes/test_sandbox_orphans.py checks which thread forked a step's worker.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ This is the one module that reaches into the SDK's private session bookkeeping
 (`_server_instances`, `_session_owners`, `_session_creation_lock`, `_task_group`,
 `_lifespan_state`, and the overridden `_handle_stateful_request`, `_admit_session`,
 `_discard_session`, and the transport's `_mint_priming_event`). That is why `mcp` is pinned
-to one version in pyproject.toml, and why tests/test_sdk_contract.py fails, naming what
+to one version in pyproject.toml, and why tests/unit/test_sdk_contract.py fails, naming what
 changed, when an upgrade moves any of it.
 """
 

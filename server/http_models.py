@@ -4,7 +4,7 @@ The request models are what the routes validate (`server/approval_page.py`,
 `server/sign_in_routes.py`); the answer models describe, in `/openapi.json`, the JSON the
 routes build (`public_view`, `CallShown.as_json`, the inbox's listing). The routes answer
 with that JSON as it is built, not through these models: the document is checked against
-the answers by tests/test_http_api_document.py, which fuzzes a running server with it.
+the answers by tests/server/test_http_api_document.py, which fuzzes a running server with it.
 """
 
 from __future__ import annotations

@@ -111,16 +111,16 @@ NO_CLIENT_DOOR = {
 #: Scenarios run in process only, and why (not for want of a client interface).
 IN_PROCESS_ONLY = {
     f"{name}_http": "its HTTP API lives in the simulator's process; a real server's gated "
-    "OpenAPI write across SIGKILL is tests/test_openapi_restart.py"
+    "OpenAPI write across SIGKILL is tests/processes/test_openapi_restart.py"
     for name in OVER_HTTP
 } | {
     name: "its webhook endpoint lives in the simulator's process; a real server's outbox "
-    "across SIGKILL, delivered to a real endpoint, is tests/test_webhook_restart.py"
+    "across SIGKILL, delivered to a real endpoint, is tests/processes/test_webhook_restart.py"
     for name in ("webhook_delivered", "webhook_abandoned", "approval_warned")
 } | {
     name: "the person's authenticator lives in the simulator's process; a real server's "
-    "enrolment link and session across SIGKILL are tests/test_people_passkeys.py and "
-    "tests/test_people_oidc.py"
+    "enrolment link and session across SIGKILL are tests/processes/test_people_passkeys.py and "
+    "tests/processes/test_people_oidc.py"
     for name in (
         "person_enrols_and_decides",
         "person_signs_in_and_out",

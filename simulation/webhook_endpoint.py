@@ -1,7 +1,7 @@
 """The operator's webhook endpoint, as the simulated world has it: what it received, checked.
 
 The endpoint is a boundary Lockgate does not own, so the world stands in for it (the real
-HTTP POST is tested against a real server on loopback in `tests/test_webhooks.py`). It
+HTTP POST is tested against a real server on loopback in `tests/server/test_webhooks.py`). It
 verifies every attempt with the Standard Webhooks library a receiver would use, keeps what
 it accepted (its memory outlives every crash, as a real endpoint's would) and can be told to
 refuse attempts, to drive retries and abandonment.

@@ -2,7 +2,7 @@
 the task status each execution state maps to, and why. A task IS its execution (the task id
 is the execution id), so this is a view, not a lifecycle of its own: nothing here adds a
 state or a transition, and every execution state must have a row (`unmapped()`, checked by
-tests/test_tasks.py; the table is drawn in diagrams/README.md).
+tests/processes/test_tasks.py; the table is drawn in diagrams/README.md).
 
 The extension keeps `failed` for JSON-RPC errors; an execution whose code failed, expired or
 was interrupted is a tool call that completed with `isError: true`, which the extension says

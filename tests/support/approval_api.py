@@ -1,5 +1,5 @@
-"""What the approval API's tests share (tests/test_approval_api.py, the key's side, and
-tests/test_approval_person_api.py, a person's): the app in approval mode `browser`, the
+"""What the approval API's tests share (tests/server/test_approval_api.py, the key's side, and
+tests/server/test_approval_person_api.py, a person's): the app in approval mode `browser`, the
 writes the notes tool made, the decisions committed, and the key's resume."""
 
 from __future__ import annotations

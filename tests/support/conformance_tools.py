@@ -1,7 +1,7 @@
 """The official conformance suite's fixture tools, as a Python source an operator could
 write (a `[[python]]` table of the sources file with `expose = "direct"`): the suite calls
 them by name, as MCP tools, and each call runs through Lockgate's journal and policy like
-any other. A test surface, never part of the server (tests/test_conformance_suite.py).
+any other. A test surface, never part of the server (tests/processes/test_conformance_suite.py).
 
 Each tool answers what the suite's reference server answers (its everything-server), in the
 typed parts agent code gets of an upstream MCP tool, which a direct tool answers as MCP

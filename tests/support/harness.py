@@ -7,7 +7,7 @@ driven lifecycle (`execution_drivers`, `instance_drivers`, `session_drivers`) an
 model of every record's lifecycle (`spec_replay`). `DRIVERS` below maps each (machine, event)
 of the driven lifecycles to the action that makes that event happen on the real engine, the
 way a client or an operator would: run code, decide, cancel, let time pass, heartbeat, shut
-down, crash. `tests/test_generated_lifecycle.py` turns the spec into a Hypothesis state
+down, crash. `tests/unit/test_generated_lifecycle.py` turns the spec into a Hypothesis state
 machine with one rule per event, so an event added to the spec is a rule the next run, and
 `missing_drivers()` names the events nobody drives yet.
 

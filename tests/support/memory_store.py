@@ -1,4 +1,4 @@
-"""An in-memory store for the model-level tests (tests/test_machine.py, test_write_path.py):
+"""An in-memory store for the model-level tests (tests/unit/test_machine.py, test_write_path.py):
 the write path over it without a database. Like every store it refuses, on its own, a
 (from, to) pair the spec does not declare (`refuse_undeclared`, shared with the SQL store)."""
 

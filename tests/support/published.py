@@ -31,7 +31,7 @@ GITHUB_REST_VERSION = "23.0.2"
 
 
 #: Plain-English questions and the operation each means (GitHub's operationIds): what
-#: `describe_tools` is asked in tests/test_github_rest.py and bench/published_sources.py.
+#: `describe_tools` is asked in tests/server/test_github_rest.py and bench/published_sources.py.
 GITHUB_QUESTIONS = {
     "get a user": "users_get_by_username",
     "get a repository": "repos_get",
