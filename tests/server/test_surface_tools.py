@@ -59,14 +59,20 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def test_every_listed_schema_accepts_exactly_what_its_tool_accepts(
-    deployment: Deployment, mode: str
-) -> None:
+@pytest.fixture(name="served")
+def served_fixture(deployment: Deployment) -> tuple[str, str]:
+    """A server whose code bound is CODE_LIMIT: its URL, and alice's key."""
     server = deployment.start(LOCKGATE_MAX_CODE_CHARS=str(CODE_LIMIT))
-    key = create_key_directly(deployment.database_url, "alice")
+    return server.url, create_key_directly(deployment.database_url, "alice")
+
+
+def test_every_listed_schema_accepts_exactly_what_its_tool_accepts(
+    served: tuple[str, str], mode: str
+) -> None:
+    url, key = served
 
     async def scenario() -> None:
-        async with mcp_client(server.url, key, mode) as client:
+        async with mcp_client(url, key, mode) as client:
             listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
             # The server's own bound, not a default.
             assert listed["execute"]["properties"]["code"]["maxLength"] == CODE_LIMIT
@@ -84,13 +90,12 @@ def test_every_listed_schema_accepts_exactly_what_its_tool_accepts(
 
 
 def test_code_over_the_bound_is_refused_in_the_engine_s_words(
-    deployment: Deployment, mode: str
+    served: tuple[str, str], mode: str
 ) -> None:
-    server = deployment.start(LOCKGATE_MAX_CODE_CHARS=str(CODE_LIMIT))
-    key = create_key_directly(deployment.database_url, "alice")
+    url, key = served
 
     async def scenario() -> None:
-        async with mcp_client(server.url, key, mode) as client:
+        async with mcp_client(url, key, mode) as client:
             result = await client.call_tool("execute", {"code": "#" * (CODE_LIMIT + 5)})
         assert result.is_error
         assert structured(result)["error"] == {

@@ -15,9 +15,9 @@ import pytest
 def missing(what: str, package: str) -> NoReturn:
     """Skip (or, on CI, fail) a test for want of `what`, which `package` brings."""
     if os.environ.get("CI"):
-        pytest.fail(f"{what} is missing; .ci/run installs the {package} package")
+        pytest.fail(f"missing here: {what} (.ci/run installs the {package} package)")
     pytest.skip(
-        f"{what} is not installed here (Debian: apt-get install {package}; `make test-deps` "
+        f"not installed here: {what} (Debian: apt-get install {package}; `make test-deps` "
         "installs every program the tests need)"
     )
 

@@ -17,13 +17,16 @@ from lockgate.spec.model import MachineSpec, TransitionSpec
 from tests.support.diagram_trees import COMMITTED
 from tests.support.diagram_trees import build_tree as _build_tree
 from tests.support.diagram_trees import fake_svg as _fake_svg
+from tests.support.programs import require
 
 FIX = "lockgate diagrams"
 
-needs_dot = pytest.mark.skipif(
-    shutil.which("dot") is None,
-    reason="Graphviz `dot` is not installed (apt-get install graphviz)",
-)
+@pytest.fixture(name="dot_installed")
+def dot_installed_fixture() -> None:
+    require("dot", "graphviz")  # skips, naming the package (on CI, fails)
+
+
+needs_dot = pytest.mark.usefixtures("dot_installed")
 
 
 @pytest.fixture
