@@ -5,6 +5,7 @@ device as a real browser exposes it to a page.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ WAIT_MS = 20_000
 def chromium() -> Iterator[Any]:
     """A headless Chromium (a playwright `Browser`); skips where Debian's chromium is
     missing, except on CI, where that fails."""
-    if not CHROMIUM.exists():
+    if not os.access(CHROMIUM, os.X_OK):  # absent, or not a program that can run
         missing(f"{CHROMIUM} (this test never downloads a browser)", "chromium")
     from playwright.sync_api import sync_playwright
 
