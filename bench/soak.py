@@ -36,6 +36,7 @@ from bench.soak_check import Figures, check
 from bench.soak_clients import ClientLog, Person, SoakClient
 from lockgate.machine.db.audit_queries import AuditQueries
 from lockgate.machine.db.connect import open_engine
+from lockgate.simulation import warm_start
 from lockgate.simulation.ports import free_port
 from lockgate.spec import ExecutionStatus as E
 from tests.support.people import people_of
@@ -55,19 +56,22 @@ class Instance:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.incarnation = 0
         self.logs: list[Path] = []
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: warm_start.ServerPopen | None = None
 
     def start(self) -> None:
         self.incarnation += 1
         log = self.workdir / f"{self.name}-{self.incarnation}.log"
         self.logs.append(log)
-        with log.open("wb") as sink:
-            self.process = subprocess.Popen(
-                [str(LOCKGATE), "serve", "--port", str(self.port)],
-                env={**self.env, "LOCKGATE_INSTANCE_NAME": self.name},
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
+        # Forked from a process that has already imported the server (`warm_start`): the
+        # soak is about what survives the kills, not about paying the imports at each boot.
+        self.process = warm_start.start(
+            "lockgate.server.cli",
+            ["serve", "--port", str(self.port)],
+            env={**self.env, "LOCKGATE_INSTANCE_NAME": self.name},
+            cwd=self.workdir,
+            stdout=log,
+            stderr=log,
+        )
         deadline = time.monotonic() + READY_SECS
         import httpx2
 

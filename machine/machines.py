@@ -12,9 +12,11 @@ Python attribute, stays the truth; the write path does the writing.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from transitions import Machine, MachineError
@@ -55,8 +57,10 @@ class LifecycleMachine:
     @staticmethod
     def _declare(t: TransitionSpec, bindings: MachineBindings) -> dict[str, Any]:
         def guard(name: str) -> Any:
-            check = bindings.guards[name]
-            return lambda event: check(event.model.facts)
+            # Looked up at each decision, not when built: the machines are built once per
+            # process, and a guard bound later (a test's planted bug) must still be the one
+            # that decides.
+            return lambda event: bindings.guards[name](event.model.facts)
 
         def remember(event: Any) -> None:
             event.model.chosen = t
@@ -96,6 +100,18 @@ class LifecycleMachine:
 def build_machines(
     specs: Mapping[str, MachineSpec] | None = None,
 ) -> Mapping[str, LifecycleMachine]:
-    """Every lifecycle, validated against the spec rules and the bindings."""
-    chosen = load(MACHINES if specs is None else specs, bindings=binding_names())
+    """Every lifecycle, validated against the spec rules and the bindings: the spec's own
+    built once per process (they hold no record's state, and each boot of an incarnation,
+    in the simulator hundreds a minute, would otherwise build them again)."""
+    if specs is None:
+        return _the_spec_machines()
+    chosen = load(specs, bindings=binding_names())
     return {name: LifecycleMachine(spec, BINDINGS[name]) for name, spec in chosen.items()}
+
+
+@functools.cache
+def _the_spec_machines() -> Mapping[str, LifecycleMachine]:
+    chosen = load(MACHINES, bindings=binding_names())
+    return MappingProxyType(
+        {name: LifecycleMachine(spec, BINDINGS[name]) for name, spec in chosen.items()}
+    )

@@ -3,7 +3,9 @@ points that run reached (all of them, or a seeded sample)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +20,8 @@ from lockgate.spec import CrashPoint
 class Planned:
     runs: list[RunResult]
     scenarios: int
+    #: How long the runs took, start to end.
+    seconds: float = 0.0
 
 
 #: Points a real process reaches only when a wall-clock interval happens to fall inside a
@@ -104,4 +108,26 @@ def plan_runs(
     return Planned(runs, len(pool))
 
 
-__all__ = ["TIMED", "TIMED_IN_SCENARIO", "Planned", "plan_runs"]
+def plan_runs_apart(
+    names: Sequence[str], size: int | None, seed: int, postgres: str | None
+) -> Planned:
+    """`plan_runs` for the scenarios named, each run on a fresh database of the PostgreSQL
+    server at `postgres` (an admin URL) when one is given: made to run in a process of its
+    own beside the in-process sweep (`lockgate simulate --real-process`). Its runs spend
+    most of their time waiting for real time to pass (a lease to lapse, a server to boot,
+    a drain), so beside the sweep they cost the run little more than the sweep itself."""
+    from lockgate.simulation.scenarios import by_name
+
+    started = time.monotonic()
+    with contextlib.ExitStack() as databases:
+        fresh = None
+        if postgres is not None:
+            from lockgate.machine.db.provision import fresh_databases
+
+            fresh = databases.enter_context(fresh_databases(postgres))
+        planned = plan_runs([by_name(name) for name in names], size, seed, database_url=fresh)
+    planned.seconds = time.monotonic() - started
+    return planned
+
+
+__all__ = ["TIMED", "TIMED_IN_SCENARIO", "Planned", "plan_runs", "plan_runs_apart"]

@@ -106,6 +106,30 @@ class DatabaseSlots:
 SLOTS = DatabaseSlots()
 
 
+#: Settings read, by (database URL, a scenario's overrides): the environment does not change
+#: while a sweep runs, reading it is a tenth of a boot, and the slots' URLs come back run
+#: after run. A scenario that changes its overrides between boots gets another entry.
+_SETTINGS_READ: dict[tuple[str, str], Settings] = {}
+
+
+def _settings(database_url: str, overrides: dict[str, Any]) -> Settings:
+    key = (database_url, repr(sorted(overrides.items())))
+    read = _SETTINGS_READ.get(key)
+    if read is None:
+        read = Settings(
+            **{
+                "database_url": database_url,
+                "max_duration_secs": 5,
+                "secrets_key": SECRETS_KEY,
+                **overrides,
+            }
+        )
+        if len(_SETTINGS_READ) > 4096:  # PostgreSQL runs bring a new URL each time
+            _SETTINGS_READ.clear()
+        _SETTINGS_READ[key] = read
+    return read
+
+
 def scratch_dir() -> str | None:
     """A memory-backed directory when there is one: every commit is fsynced, and a run needs
     no durability beyond the run (the crash is simulated, the machine stays up)."""
@@ -164,8 +188,6 @@ class World:
             database_url = self.slot.url
         self.database_url = database_url
         self.settings = dict(settings or {})
-        #: The settings of the last boot, and the overrides they were read with.
-        self._config: tuple[str, Settings] | None = None
         #: Shared by every incarnation: each armed point fires once, wherever it is reached
         #: first (a crash during the recovery from an earlier crash included).
         self.faults = faults or Faults()
@@ -185,20 +207,9 @@ class World:
     def boot(self, *, name: str = "sim-a") -> Runtime:
         """Start a new incarnation of instance `name` and run its boot recovery."""
         self.boots += 1
-        overrides = repr(sorted(self.settings.items()))
-        if self._config is None or self._config[0] != overrides:
-            # Read again only when a scenario changed them: the environment does not change
-            # between a world's boots, and reading it is a tenth of a boot.
-            read = Settings(
-                **{
-                    "database_url": self.database_url,
-                    "max_duration_secs": 5,
-                    "secrets_key": SECRETS_KEY,
-                    **self.settings,
-                }
-            )
-            self._config = (overrides, read)
-        config = self._config[1].model_copy(update={"instance_name": name})
+        config = _settings(self.database_url, self.settings).model_copy(
+            update={"instance_name": name}
+        )
         runtime = Runtime.create(
             config,
             sources=[

@@ -20,8 +20,10 @@ offers neither a connect-time address check nor a deadline for a whole exchange.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -244,14 +246,23 @@ class AsyncGuardedBackend(AnyIOBackend):
         raise last
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's one TLS client context: the trust store (certifi's bundle, or
+    `SSL_CERT_FILE` / `SSL_CERT_DIR`) read once. Reading it costs tens of milliseconds of
+    CPU, which every outbound call paid twice (httpx2 makes a context per transport); one
+    context serves every thread's connections (an `SSLContext` is shared safely)."""
+    return httpx2.create_ssl_context(trust_env=True)
+
+
 def guarded_transport(reach: Reach, total_secs: float, url: str) -> httpx2.HTTPTransport:
     """A transport for one exchange to `url`: connections checked against `reach`, the whole
     of it within `total_secs`. A principal's source never goes through a proxy (it would
     connect in our stead, to wherever it likes); the operator's honour the environment's
     (`HTTPS_PROXY`, `NO_PROXY`, ...), under the same deadline."""
-    transport = httpx2.HTTPTransport(trust_env=False)
+    ssl_context = tls_context()
+    transport = httpx2.HTTPTransport(verify=ssl_context, trust_env=False)
     backend = GuardedBackend(reach, Deadline(time.monotonic() + total_secs))
-    ssl_context = httpx2.create_ssl_context(trust_env=True)
     proxy = None if reach.public_only else _environment_proxy(url)
     # The pool httpx2 made, rebuilt with our backend (httpx2 has no parameter for it).
     transport._pool = (
@@ -277,9 +288,9 @@ def _environment_proxy(url: str) -> str | None:
 
 def guarded_async_client(reach: Reach, timeout_secs: float) -> httpx2.AsyncClient:
     """An async client whose connections are checked against `reach`."""
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport = httpx2.AsyncHTTPTransport(verify=tls_context(), trust_env=False)
     transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=httpx2.create_ssl_context(trust_env=True),
+        ssl_context=tls_context(),
         network_backend=AsyncGuardedBackend(reach),
     )
     return httpx2.AsyncClient(

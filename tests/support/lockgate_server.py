@@ -22,6 +22,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from lockgate.simulation.warm_start import ServerPopen
+
 #: The console script installed next to the interpreter running the tests (.venv/bin).
 LOCKGATE = Path(sys.executable).with_name("lockgate")
 #: A server must be ready (or a command finish) within this many seconds.
@@ -39,7 +41,7 @@ def listening(port: int) -> bool:
 class LockgateServer:
     name: str
     port: int
-    popen: subprocess.Popen[bytes]
+    popen: ServerPopen
     stdout_path: Path
     stderr_path: Path
     instance_id: str | None = None

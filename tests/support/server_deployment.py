@@ -1,7 +1,8 @@
 """One database and notes directory, and the real `lockgate` processes started on it.
 
-A `Deployment` starts server processes (`.venv/bin/lockgate serve --port <free port>`,
-configured through environment variables only, like an operator would), runs the
+A `Deployment` starts server processes (`lockgate serve --port <free port>`, configured
+through environment variables only, like an operator would; forked from a process that has
+already imported the server, `simulation.warm_start`), runs the
 `lockgate keys ...` commands against its database, and stops everything it started
 (SIGTERM, SIGKILL as a last resort). `new_database_url` makes the database of one kind
 (a SQLite file, or a fresh PostgreSQL database from the migrated template) and
@@ -20,8 +21,10 @@ from typing import Any
 import pytest
 
 from lockgate.machine.tools.notes import NotesSource
+from lockgate.simulation import warm_start
 from lockgate.simulation.ports import free_port
-from tests.support.lockgate_server import KEY_PATTERN, LOCKGATE, START_TIMEOUT, LockgateServer
+from lockgate.simulation.warm_start import ServerPopen
+from tests.support.lockgate_server import KEY_PATTERN, START_TIMEOUT, LockgateServer
 from tests.support.process_env import lockgate_env
 
 
@@ -34,18 +37,30 @@ class Key:
 
 @dataclass
 class Command:
-    """A running `lockgate` command."""
+    """A running `lockgate` command, its output going to two files."""
 
-    popen: subprocess.Popen[str]
+    args: list[str]
+    popen: ServerPopen
+    stdout_path: Path
+    stderr_path: Path
 
     def finish(self, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
         try:
-            stdout, stderr = self.popen.communicate(timeout=timeout)
+            code = self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"`lockgate {' '.join(self.args)}` did not finish in {timeout:g} s")
+        return subprocess.CompletedProcess(
+            ["lockgate", *self.args],
+            code,
+            self.stdout_path.read_text(encoding="utf-8"),
+            self.stderr_path.read_text(encoding="utf-8"),
+        )
+
+    def stop(self) -> None:
+        if self.popen.returncode is None:
             self.popen.kill()
-            self.popen.communicate()
-            pytest.fail(f"{self.popen.args!r} did not finish in {timeout:g} s")
-        return subprocess.CompletedProcess(self.popen.args, self.popen.returncode, stdout, stderr)
+            self.popen.wait()
 
     def key(self, principal: str) -> Key:
         """The key `lockgate keys create` printed."""
@@ -70,6 +85,8 @@ class Deployment:
     #: Settings every process started here gets (a test may override them per process).
     settings: dict[str, str] = field(default_factory=dict)
     servers: list[LockgateServer] = field(default_factory=list)
+    #: Commands run so far (each one's output files are numbered).
+    commands: int = 0
 
     def env(self, overrides: dict[str, str]) -> dict[str, str]:
         env = lockgate_env(self.database_url, self.notes_dir, LOCKGATE_MAX_DURATION_SECS="20")
@@ -91,15 +108,16 @@ class Deployment:
         name = name or f"server-{len(self.servers)}"
         stdout_path = self.logs_dir / f"{name}.stdout"
         stderr_path = self.logs_dir / f"{name}.stderr"
-        with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-            popen = subprocess.Popen(
-                [str(LOCKGATE), "serve", "--port", str(port), *args],
-                cwd=self.logs_dir,
-                env=self.env(env),
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-            )
+        for path in (stdout_path, stderr_path):
+            path.write_bytes(b"")  # a restart under the same name starts a new log
+        popen = warm_start.start(
+            "lockgate.server.cli",
+            ["serve", "--port", str(port), *args],
+            env=self.env(env),
+            cwd=self.logs_dir,
+            stdout=stdout_path,
+            stderr=stderr_path,
+        )
         server = LockgateServer(name, port, popen, stdout_path, stderr_path)
         self.servers.append(server)
         return server
@@ -122,16 +140,18 @@ class Deployment:
 
     def cli_start(self, *args: str, **env: str) -> Command:
         """Start a `lockgate` command; `finish()` waits for it (others may run meanwhile)."""
-        popen = subprocess.Popen(
-            [str(LOCKGATE), *args],
-            cwd=self.logs_dir,
+        self.commands += 1
+        stdout_path = self.logs_dir / f"command-{self.commands}.stdout"
+        stderr_path = self.logs_dir / f"command-{self.commands}.stderr"
+        popen = warm_start.start(
+            "lockgate.server.cli",
+            list(args),
             env=self.env(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            cwd=self.logs_dir,
+            stdout=stdout_path,
+            stderr=stderr_path,
         )
-        return Command(popen)
+        return Command(list(args), popen, stdout_path, stderr_path)
 
     def create_key(self, principal: str) -> Key:
         """`lockgate keys create <principal>`: the key it prints, once."""

@@ -108,9 +108,8 @@ def fleet_fixture(
         shared, short = (SharedServer(*entry) for entry in started)
         yield Fleet(shared, short, made)
     finally:
-        if carol is not None and carol.popen.returncode is None:
-            carol.popen.kill()
-            carol.popen.communicate()
+        if carol is not None:
+            carol.stop()
         for deployment in deployments:
             deployment.stop_all()
 
