@@ -133,10 +133,10 @@ def simulate(
 ) -> None:
     """Crash the engine at every transition of every scenario, restart, check invariants."""
     import concurrent.futures
-    import multiprocessing
 
     from lockgate.simulation import real_process_plan as processes
     from lockgate.simulation import report as reporting
+    from lockgate.simulation import warm_start
     from lockgate.simulation.scenarios import CATALOG, by_name
     from lockgate.simulation.sweep import sweep
     from lockgate.spec import CrashPoint
@@ -158,9 +158,7 @@ def simulate(
                 raise _fail(f"--postgres: {exc}", 2) from None
         # The real-process runs go on in a process of their own while this one sweeps: they
         # mostly wait for real time to pass, the sweep mostly computes.
-        apart = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("fork")
-        )
+        apart = concurrent.futures.ProcessPoolExecutor(1, mp_context=warm_start.context())
         picking = apart.submit(
             processes.plan_runs_apart,
             [s.name for s in chosen],

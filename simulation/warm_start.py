@@ -137,7 +137,11 @@ _context_lock = threading.Lock()
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
-def _fork_server() -> multiprocessing.context.ForkServerContext:
+def context() -> multiprocessing.context.ForkServerContext:
+    """The fork server's `multiprocessing` context, for a pool whose workers start servers
+    of their own: forked from the fork server, a worker starts a fork server of its own. (A
+    worker forked from a process that already has one could not use it: `multiprocessing`
+    would wait on a fork server that is not the worker's child.)"""
     global _context
     with _context_lock:
         if _context is None:
@@ -165,7 +169,7 @@ def start(
             return subprocess.Popen(
                 command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
             )
-    process = _fork_server().Process(
+    process = context().Process(
         target=_forked_main,
         args=(module, list(args), dict(env), str(cwd), str(stdout), str(stderr)),
         name=f"{module} {' '.join(args)}",
@@ -176,4 +180,4 @@ def start(
     return WarmProcess(process, command)
 
 
-__all__ = ["COLD_START", "PRELOADED", "PROGRAMS", "ServerPopen", "WarmProcess", "start"]
+__all__ = ["COLD_START", "PRELOADED", "PROGRAMS", "ServerPopen", "WarmProcess", "context", "start"]
