@@ -66,6 +66,11 @@ class FairSlots:
         with self._changed:
             return self._held.get(principal, 0)
 
+    def all_free(self) -> bool:
+        """No slot is held and nobody waits for one."""
+        with self._changed:
+            return self._free == self.capacity and not self._waiting
+
     def waiting(self) -> list[str]:
         """The principals of the threads waiting for a slot, longest waiting first."""
         with self._changed:

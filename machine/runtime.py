@@ -160,9 +160,13 @@ class Runtime:
         faults: Faults | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         database: Database | None = None,
+        sandboxes: Callable[..., Sandbox] = Sandbox,
     ) -> Runtime:
         """`database`: an engine already open on `settings.database_url` (the simulator
-        keeps one per simulated database across the incarnations that use it)."""
+        keeps one per simulated database across the incarnations that use it). `sandboxes`
+        makes the sandbox, from `Sandbox`'s arguments (the simulator hands an idle one of
+        an earlier incarnation back out: starting and stopping its worker processes was a
+        sixth of a simulated run)."""
         settings = settings or Settings()
         store = SqlStore(prepare_database(settings, database))
         try:
@@ -178,7 +182,7 @@ class Runtime:
             store.engine.dispose()  # a runtime that cannot start holds no connection
             raise
         registry = catalog.book.base
-        sandbox = Sandbox(
+        sandbox = sandboxes(
             registry.namespace(),
             SandboxLimits(
                 max_duration_secs=settings.max_duration_secs,

@@ -163,6 +163,15 @@ class Sandbox:
     def stopped(self) -> bool:
         return self._stopped
 
+    @property
+    def idle(self) -> bool:
+        """Open, not stopped, and no step running or waiting: its workers hold nothing of
+        anyone's (each step brings its code and snapshot, and takes its result away)."""
+        with self._lock:
+            if self._closed or self._stopped or self._workers:
+                return False
+        return self.slots.all_free()
+
     def stop(self) -> int:
         """Abandon every step in flight, at once, and refuse new ones: their workers are
         killed (SIGKILL; the pool replaces them), so each step raises SandboxStopped instead

@@ -14,7 +14,9 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import uuid
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.engine import Action
 from lockgate.machine.faults import Faults
 from lockgate.machine.runtime import Runtime
+from lockgate.machine.sandbox import Sandbox, SandboxLimits
 from lockgate.machine.secret_store import SecretCipher, StoredSecrets, new_key
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
@@ -104,6 +107,74 @@ class DatabaseSlots:
 
 
 SLOTS = DatabaseSlots()
+
+
+class SpareSandboxes:
+    """Sandboxes of dead incarnations, handed out again. A real crash ends the sandbox's
+    worker processes with the server; here starting and stopping them (a fork, and a wait
+    for each end) was a sixth of a simulated run, and they hold nothing of a run's: each
+    step brings its code and snapshot and takes its result away, and a sandbox is kept
+    only when it is idle (not stopped, no step running or waiting). What a crash leaves is
+    in the database, where recovery reads it, never in a sandbox."""
+
+    def __init__(self, kept: int = 2) -> None:
+        self.kept = kept
+        self._spare: dict[Hashable, list[Sandbox]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(
+        namespace: Mapping[str, Sequence[str]],
+        limits: SandboxLimits | None,
+        max_processes: int,
+        max_per_principal: int | None,
+    ) -> Hashable:
+        shape = tuple(sorted((source, tuple(tools)) for source, tools in namespace.items()))
+        # As the sandbox's own slots count them (`FairSlots`).
+        per_principal = min(max_per_principal or max_processes, max_processes)
+        return (shape, limits or SandboxLimits(), max_processes, per_principal)
+
+    def take(
+        self,
+        namespace: Mapping[str, Sequence[str]],
+        limits: SandboxLimits | None = None,
+        max_processes: int = 4,
+        max_per_principal: int | None = None,
+    ) -> Sandbox:
+        """A spare sandbox made with these arguments, or a new one (`Sandbox`'s signature)."""
+        key = self._key(namespace, limits, max_processes, max_per_principal)
+        with self._lock:
+            spare = self._spare.get(key)
+            if spare:
+                return spare.pop()
+        return Sandbox(namespace, limits, max_processes, max_per_principal)
+
+    def give_back(self, sandbox: Sandbox) -> None:
+        """Keep it for a later incarnation if it is idle, else close it."""
+        if sandbox.idle:
+            key = self._key(
+                sandbox.namespace,
+                sandbox.limits,
+                sandbox.slots.capacity,
+                sandbox.slots.per_principal,
+            )
+            with self._lock:
+                spare = self._spare.setdefault(key, [])
+                if len(spare) < self.kept:
+                    spare.append(sandbox)
+                    return
+        sandbox.close()
+
+    def close(self) -> None:
+        with self._lock:
+            spares = [s for spare in self._spare.values() for s in spare]
+            self._spare.clear()
+        for sandbox in spares:
+            sandbox.close()
+
+
+SANDBOXES = SpareSandboxes()
+atexit.register(SANDBOXES.close)
 
 
 #: Settings read, by (database URL, a scenario's overrides): the environment does not change
@@ -221,6 +292,7 @@ class World:
             faults=self.faults,
             clock=self.clock,
             database=self.slot.engine if self.slot is not None else None,
+            sandboxes=SANDBOXES.take,
         )
         runtime.engine.webhooks.post = self.webhooks.receive
         if not self._secrets_stored:
@@ -242,8 +314,8 @@ class World:
         return made
 
     def abandon(self, runtime: Runtime) -> None:
-        """The process died: keep nothing from it."""
-        runtime.sandbox.close()
+        """The process died: keep nothing from it (but an idle sandbox, `SpareSandboxes`)."""
+        SANDBOXES.give_back(runtime.sandbox)
         runtime.engine.store.engine.dispose()
         if runtime in self.runtimes:
             self.runtimes.remove(runtime)
@@ -252,7 +324,7 @@ class World:
         if self.http_api is not None:
             self.http_api.forget(self.world_id)
         for runtime in self.runtimes:
-            runtime.sandbox.close()
+            SANDBOXES.give_back(runtime.sandbox)
             runtime.engine.store.engine.dispose()
         self.runtimes = []
         if self.slot is not None:
