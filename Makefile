@@ -50,24 +50,26 @@ diagrams: $(STAMP) system-deps
 #                    under 3 minutes; `make test-unit` is the quick check while working
 #   tests/server     a real server over loopback (in a thread, or `lockgate serve`)
 #   tests/processes  real kills and restarts, browsers, outside clients, fleets
-# Two workers; the server and process layers one file each at a time (a file's tests share
-# the servers it starts). The slowest tests of each layer are named, for the CI budget.
+# The server and process layers run one file each at a time per worker (a file's tests
+# share the servers it starts). The unit and server layers compute: two workers. The
+# process layer mostly waits (a lease to lapse, a server down for 30 s, a restart, a
+# browser): four. The slowest tests of each layer are named, for the CI budget.
 test: $(STAMP) test-deps
-	$(call test_layer,unit,--dist load)
-	$(call test_layer,server,--dist loadfile)
-	$(call test_layer,processes,--dist loadfile)
+	$(call test_layer,unit,-n 2 --dist load)
+	$(call test_layer,server,-n 2 --dist loadfile)
+	$(call test_layer,processes,-n 4 --dist loadfile)
 
 test-unit: $(STAMP)
-	$(call test_layer,unit,--dist load)
+	$(call test_layer,unit,-n 2 --dist load)
 
 test-server: $(STAMP) test-deps
-	$(call test_layer,server,--dist loadfile)
+	$(call test_layer,server,-n 2 --dist loadfile)
 
 test-processes: $(STAMP) test-deps
-	$(call test_layer,processes,--dist loadfile)
+	$(call test_layer,processes,-n 4 --dist loadfile)
 
 define test_layer
-	@start=$$(date +%s); $(BIN)/python -m pytest tests/$(1) -n 2 $(2) --durations=10 \
+	@start=$$(date +%s); $(BIN)/python -m pytest tests/$(1) $(2) --durations=10 \
 	  && echo "test layer $(1) took $$(( $$(date +%s) - start )) s"
 endef
 
