@@ -23,8 +23,7 @@ import pytest
 from lockgate.machine.runtime import Runtime
 from tests.support.approval_app import PRINCIPAL, WRITE_NOTE, Served, mcp_execute, serve
 from tests.support.canary import CANARY
-from tests.support.chromium import WAIT_MS, chromium, console_problems
-from tests.support.people import Approver
+from tests.support.chromium import WAIT_MS, chromium, open_page
 
 pytestmark = pytest.mark.slow
 
@@ -51,33 +50,6 @@ def paused_through_mcp(served: Served, code: str) -> dict[str, Any]:
         answer = pool.submit(mcp_execute, served, code).result(timeout=60)
     assert answer["status"] == "waiting_for_interaction", answer
     return answer
-
-
-def open_page(
-    browser: Any, url: str, person: Approver | None = None, status: int = 200
-) -> tuple[Any, Any, list[str]]:
-    """A fresh browser context at `url`, with `person`'s session cookie when given (as the
-    browser holds it after sign-in: HttpOnly, SameSite=Strict, for `localhost`), collecting
-    console errors (a CSP violation included) and failed requests."""
-    context = browser.new_context(viewport={"width": 900, "height": 1000})
-    if person is not None:
-        context.add_cookies(
-            [
-                {
-                    "name": "lockgate_person",
-                    "value": person.cookie,
-                    "domain": "localhost",
-                    "path": "/",
-                    "httpOnly": True,
-                    "sameSite": "Strict",
-                }
-            ]
-        )
-    page = context.new_page()
-    problems = console_problems(page)
-    response = page.goto(url, wait_until="load", timeout=WAIT_MS)
-    assert response is not None and response.status == status, response
-    return context, page, problems
 
 
 def test_without_a_session_the_url_leads_to_sign_in(browser: Any, served: Served) -> None:

@@ -19,9 +19,8 @@ import pytest
 
 from lockgate.machine.runtime import Runtime
 from lockgate.server.approval_inbox import SHOWN_WHOLE_BYTES
-from tests.processes.test_approval_browser import open_page
 from tests.support.approval_app import PRINCIPAL, Served, assert_problem, serve
-from tests.support.chromium import WAIT_MS, chromium
+from tests.support.chromium import WAIT_MS, chromium, open_page
 
 pytestmark = pytest.mark.slow
 

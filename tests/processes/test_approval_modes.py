@@ -11,7 +11,6 @@ a signed-in approver decides: neither the agent's key nor its approval link can.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,12 +52,6 @@ def test_the_principal_s_mode_and_a_stricter_connection_decide() -> None:
         ApprovalModes.from_text("native", "ci")
 
 
-def audit_lines(deployment: Deployment, principal: str) -> list[dict[str, Any]]:
-    exported = deployment.cli("audit", "export", "--principal", principal)
-    assert exported.returncode == 0, exported.stderr
-    return [json.loads(line) for line in exported.stdout.splitlines()]
-
-
 def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> None:
     server = deployment.start(LOCKGATE_APPROVAL_MODE="browser", LOCKGATE_APPROVAL_MODES="ci=model")
     alice = create_key_directly(deployment.database_url, "alice")
@@ -92,7 +85,7 @@ def test_the_model_cannot_accept_where_a_person_must(deployment: Deployment) -> 
     assert len(writes_of(deployment, "ci")) == 1
     # Its audit record names the door, the actor (the model, by its principal's key, no
     # person) and the client.
-    [record] = audit_lines(deployment, "ci")
+    [record] = deployment.audit_lines("ci")
     assert (record["action"], record["door"]) == ("accept", "resume")
     assert (record["by"], record["actor"]) == ("model", "the model (ci's key)")
     assert record["person"] is None
@@ -169,7 +162,7 @@ def test_browser_mode_holds_across_a_restart(deployment: Deployment) -> None:
     assert refused.is_error and "approval mode browser" in text_of(refused)
     assert structured(done)["status"] == "completed", structured(done)
     assert len(writes_of(deployment, "browser-restart")) == 1
-    [record] = audit_lines(deployment, "alice")
+    [record] = deployment.audit_lines("alice")
     assert (record["action"], record["door"], record["actor"]) == ("accept", "approval_page", "Ann")
     assert record["by"] == "person" and record["person"]["name"] == "Ann"
     assert record["person"]["signedInWith"] == "passkey"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.simulation.ports import free_port
-from tests.processes.test_wheel import PIP, wheel_fixture  # noqa: F401  (fixture)
+from tests.support.wheel import PIP, wheel_fixture  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,9 @@ from typing import Any
 
 import httpx2
 
-from tests.processes.test_tasks import acked, poll
 from tests.support.direct_servers import direct_settings, sqlite_deployment_fixture  # noqa: F401
 from tests.support.server_deployment import Deployment
-from tests.support.tasks_client import TasksClient
+from tests.support.tasks_client import TasksClient, acked, poll
 
 
 def _settings(folder: Path, effects: Path) -> dict[str, str]:

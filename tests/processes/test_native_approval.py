@@ -21,7 +21,6 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.processes.test_approval_modes import audit_lines
 from tests.support.people import approver_at, links_base
 from tests.support.raw_mcp import RawMCP
 from tests.support.servers import (
@@ -73,7 +72,7 @@ def test_the_client_s_person_accepts_or_declines_within_the_request(
     [shown] = yes.shown
     assert "tools.notes.write" in shown and '"key": "asked-yes"' in shown and "alice" in shown
     assert len(writes_of(deployment, "asked-yes")) == 1
-    [record] = audit_lines(deployment, "alice")
+    [record] = deployment.audit_lines("alice")
     assert (record["door"], record["actor"]) == ("client_prompt", "the person at alice's client")
     # The client's prompt: trusted as its person's, but no signed-in person the server knows.
     assert record["by"] == "client" and record["person"] is None
@@ -162,7 +161,7 @@ def test_a_prompt_open_when_the_server_dies_leaves_the_call_for_the_other_doors(
     done = run(find_and_approve())
     assert done["status"] == "completed", done
     assert len(writes_of(deployment, "asked-then-killed")) == 1
-    [record] = audit_lines(deployment, "alice")
+    [record] = deployment.audit_lines("alice")
     assert (record["action"], record["door"], record["actor"]) == ("accept", "approval_page", "Ann")
     assert record["by"] == "person" and record["person"]["name"] == "Ann"
 
@@ -188,7 +187,7 @@ def test_a_2026_client_s_person_decides_through_input_required(deployment: Deplo
     [shown] = yes.shown
     assert "tools.notes.write" in shown and "mrtr-yes" in shown
     assert len(writes_of(deployment, "mrtr-yes")) == 1
-    assert audit_lines(deployment, "alice")[-1]["door"] == "client_prompt"
+    assert deployment.audit_lines("alice")[-1]["door"] == "client_prompt"
 
     no = run(execute(Person("decline"), "mrtr-no"))
     assert "declined by the approver" in no["result"]["refused"]
@@ -267,7 +266,7 @@ def test_a_loop_approved_once_in_the_client_s_prompt(deployment: Deployment, pro
     assert done["status"] == "completed", done
     assert done["result"] == [f"looped-{i}" for i in range(4)]
     assert len(person.shown) == 1  # one prompt for the four writes
-    doors = [line["door"] for line in audit_lines(deployment, "alice")]
+    doors = [line["door"] for line in deployment.audit_lines("alice")]
     assert doors == ["client_prompt", "grant", "grant", "grant"]
 
 
@@ -332,6 +331,6 @@ def test_a_url_mode_client_sends_its_person_to_the_page_and_the_request_goes_on(
     assert result["status"] == "completed", result
     assert result["result"] == {"written": {"key": "by-url", "written": True}}
     assert len(writes_of(deployment, "by-url")) == 1
-    [record] = audit_lines(deployment, "alice")
+    [record] = deployment.audit_lines("alice")
     assert (record["door"], record["actor"]) == ("approval_page", "Ann")
     assert record["by"] == "person" and record["person"]["name"] == "Ann"

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from tests.processes.test_approval_modes import audit_lines
 from tests.support.inspector_cli import inspect, inspector_fixture  # noqa: F401  (fixture)
 from tests.support.npm import NODE
 from tests.support.people import approver_at
@@ -148,7 +147,7 @@ def through_a_restart(
             line["actor"],
             line["person"],
         )
-        for line in audit_lines(deployment, "alice")
+        for line in deployment.audit_lines("alice")
     }
     model = "the model (alice's key)"
     assert deciders[one["executionId"]] == ("accept", "resume", "model", model, None)

@@ -7,18 +7,15 @@ another instance. Two principals: a task is nobody else's.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
-from typing import Any
 
 import httpx2
 import pytest
 
 from lockgate.spec import ExecutionStatus
 from lockgate.spec.task_status import TASK_STATUS, TaskStatus, unmapped
-from tests.processes.test_approval_modes import audit_lines
 from tests.support.raw_mcp import RawMCP, rpc_body
 from tests.support.servers import Deployment, create_key_directly, write_code, writes_of
-from tests.support.tasks_client import TASKS, TasksClient
+from tests.support.tasks_client import TASKS, TasksClient, acked, poll
 
 pytest_plugins = ["tests.support.servers"]
 
@@ -28,22 +25,6 @@ def test_every_execution_state_has_a_task_status() -> None:
     assert TASK_STATUS[ExecutionStatus.WAITING_FOR_INTERACTION].status is TaskStatus.INPUT_REQUIRED
     # A failed execution is a tool call that completed with isError, not a JSON-RPC failure.
     assert TASK_STATUS[ExecutionStatus.FAILED].status is TaskStatus.COMPLETED
-
-
-def acked(answer: Any) -> bool:
-    """An empty acknowledgement (the SDK stamps its serverInfo on every 2026 result)."""
-    result = answer.get("result", {})
-    return result.get("resultType") == "complete" and set(result) <= {"resultType", "_meta"}
-
-
-def poll(client: TasksClient, task_id: str, until: Callable[[dict[str, Any]], bool]) -> Any:
-    """tasks/get until `until` holds (each answer is read from the database)."""
-    for _ in range(600):
-        answer = client.get(task_id)
-        assert "result" in answer, answer
-        if until(answer["result"]):
-            return answer["result"]
-    raise AssertionError(f"task {task_id} never got there: {answer}")
 
 
 @pytest.mark.slow
@@ -94,7 +75,7 @@ def test_a_task_from_creation_to_completion_through_an_approval_across_a_restart
         assert done["result"]["isError"] is False
         assert len(writes_of(deployment, "task-note")) == 1
         # Decided by the client's person (the client's own prompt, no signed-in approver).
-        record = audit_lines(deployment, "alice")[-1]
+        record = deployment.audit_lines("alice")[-1]
         assert (record["door"], record["actor"]) == ("task_update", "the person at alice's client")
         assert record["by"] == "client" and record["person"] is None
 

@@ -28,12 +28,11 @@ from lockgate.machine.tools.notes import NotesSource
 from lockgate.machine.tools.questions import Question
 from lockgate.simulation.desk import DeskSource, tag_answer, text_answer
 from lockgate.spec import ExecutionStatus, ToolCallStatus
-from tests.processes.test_tasks import acked, poll
 from tests.support.direct_servers import direct_settings, sqlite_deployment_fixture  # noqa: F401
 from tests.support.engine_records import Clock, MakeRuntime, calls_of, writes
 from tests.support.mcp_calls import mcp_client, run, structured, text_of
 from tests.support.server_deployment import Deployment
-from tests.support.tasks_client import TasksClient
+from tests.support.tasks_client import TasksClient, acked, poll
 
 COMPOSE = 'tools.desk.compose(key="k")'
 

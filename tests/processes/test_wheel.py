@@ -9,7 +9,6 @@ of its own and uses it from there: the CLI's entry point, the migrations, the di
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,43 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.programs import require
-
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("spec", "machine", "server", "simulation")
-PIP = (sys.executable, "-m", "pip")
+from tests.support.wheel import PACKAGES, PIP, ROOT, wheel_fixture  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", name="wheel")
-def wheel_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built from a copy of the sources (the build leaves its files there)."""
-    work = tmp_path_factory.mktemp("wheel")
-    source = work / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    for package in PACKAGES:
-        shutil.copytree(
-            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    out = work / "dist"
-    subprocess.run(
-        [
-            *PIP,
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(out),
-            str(source),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    [built] = out.glob("lockgate-*.whl")
-    return built
 
 
 def test_the_wheel_holds_lockgate_and_its_metadata_only(wheel: Path) -> None:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.people import Approver
 from tests.support.programs import missing
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -79,3 +80,30 @@ def console_problems(page: Any) -> list[str]:
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
     return problems
+
+
+def open_page(
+    browser: Any, url: str, person: Approver | None = None, status: int = 200
+) -> tuple[Any, Any, list[str]]:
+    """A fresh browser context at `url`, with `person`'s session cookie when given (as the
+    browser holds it after sign-in: HttpOnly, SameSite=Strict, for `localhost`), collecting
+    console errors (a CSP violation included) and failed requests."""
+    context = browser.new_context(viewport={"width": 900, "height": 1000})
+    if person is not None:
+        context.add_cookies(
+            [
+                {
+                    "name": "lockgate_person",
+                    "value": person.cookie,
+                    "domain": "localhost",
+                    "path": "/",
+                    "httpOnly": True,
+                    "sameSite": "Strict",
+                }
+            ]
+        )
+    page = context.new_page()
+    problems = console_problems(page)
+    response = page.goto(url, wait_until="load", timeout=WAIT_MS)
+    assert response is not None and response.status == status, response
+    return context, page, problems

@@ -4,6 +4,7 @@ extension, with the `Mcp-Name` header set to the task id on tasks/* as it requir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -66,3 +67,19 @@ class TasksClient:
 
     def cancel(self, task_id: str) -> Any:
         return self.request("tasks/cancel", {"taskId": task_id}, name=task_id)
+
+
+def acked(answer: Any) -> bool:
+    """An empty acknowledgement (the SDK stamps its serverInfo on every 2026 result)."""
+    result = answer.get("result", {})
+    return result.get("resultType") == "complete" and set(result) <= {"resultType", "_meta"}
+
+
+def poll(client: TasksClient, task_id: str, until: Callable[[dict[str, Any]], bool]) -> Any:
+    """tasks/get until `until` holds (each answer is read from the database)."""
+    for _ in range(600):
+        answer = client.get(task_id)
+        assert "result" in answer, answer
+        if until(answer["result"]):
+            return answer["result"]
+    raise AssertionError(f"task {task_id} never got there: {answer}")
