@@ -82,8 +82,9 @@ class WarmProcess:
         return code
 
     def send_signal(self, sig: int) -> None:
-        # As Popen does: never signal a pid whose process was already reaped (the number
-        # may belong to another process by now).
+        # As Popen does, no signal once the exit is known (the pid may be another process's
+        # by then). The fork server reaps the process and reports its status a moment
+        # later: a signal in that moment goes to a pid nobody has had time to reuse.
         with self._lock:
             if self._process.exitcode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -15,7 +15,13 @@ from lockgate.simulation.ports import free_port
 from tests.support.lockgate_server import LockgateServer
 from tests.support.process_env import lockgate_env
 
-STARTS = pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold"])
+
+@pytest.fixture(name="start", params=["warm", "cold"])
+def start_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: forked warm, then with `LOCKGATE_COLD_START=1` (exec)."""
+    if request.param == "cold":
+        monkeypatch.setenv(warm_start.COLD_START, "1")
+    return str(request.param)
 
 
 @pytest.fixture(name="env")
@@ -33,12 +39,10 @@ def lockgate(
     return started, out, err
 
 
-@STARTS
+@pytest.mark.usefixtures("start")
 def test_a_command_s_output_and_exit_status_are_its_own(
-    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, cold: bool
+    tmp_path: Path, env: dict[str, str]
 ) -> None:
-    if cold:
-        monkeypatch.setenv(warm_start.COLD_START, "1")
     created, out, err = lockgate(tmp_path, env, "keys", "create", "alice", name="create")
     assert created.wait(timeout=60) == 0, err.read_text()
     assert "principal: alice" in out.read_text()
@@ -47,12 +51,10 @@ def test_a_command_s_output_and_exit_status_are_its_own(
     assert "no-such-key" in err.read_text()
 
 
-@STARTS
+@pytest.mark.usefixtures("start")
 def test_a_server_is_a_process_of_its_own_stopped_and_killed_by_signals(
-    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, cold: bool
+    tmp_path: Path, env: dict[str, str]
 ) -> None:
-    if cold:
-        monkeypatch.setenv(warm_start.COLD_START, "1")
     servers = []
     for name in ("killed", "stopped"):
         port = free_port()

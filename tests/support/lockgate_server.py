@@ -1,6 +1,7 @@
 """One real `lockgate serve` process on loopback, as a test sees it from outside.
 
-`LockgateServer` wraps the `Popen` a `Deployment` started: its URLs, what it printed (the
+`LockgateServer` wraps the process a `Deployment` started (forked warm or exec'd: see
+`simulation.warm_start`, seen through `Popen`'s own names): its URLs, what it printed (the
 banner's API key on stdout, the JSON log on stderr, both read back from files so no pipe
 is left unclosed), readiness (polling /readyz with a deadline, never a bare sleep), and
 stopping it gracefully (SIGTERM) or not (SIGKILL).
