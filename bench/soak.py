@@ -160,6 +160,9 @@ def soak(args: argparse.Namespace, workdir: Path) -> Figures:
         LOCKGATE_RESPONSE_DEADLINE_SECS="30",
         LOCKGATE_SIGNING_KEYS=signing_key,
         LOCKGATE_LOG_FORMAT="json",
+        # The product's default: one worker process per core behind each instance's port (a
+        # kill takes the whole server, its workers with it).
+        LOCKGATE_WORKERS="0",
     )
     instances = [Instance(f"soak-{n}", env, workdir) for n in range(args.instances)]
     kills = 0

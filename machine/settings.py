@@ -170,6 +170,15 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings, StorageSetti
         "to exist (`lockgate keys create`).",
     )
     port: int = Field(default=8000, ge=1, le=65535, description="Port `lockgate serve` binds.")
+    workers: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Server processes `lockgate serve` runs behind its one port, each an "
+        "instance of its own (its own lease, sandboxes and connections; any of them serves any "
+        "session). 0: one per CPU core this process may use. An in-memory SQLite database "
+        "always runs one.",
+    )
     public_url: str = Field(
         default="",
         description="The URL clients and approvers reach this server at (approval and "

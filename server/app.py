@@ -147,9 +147,16 @@ def create_app(
     settings: Settings | None = None,
     runtime: Runtime | None = None,
     signing: SigningKeys | None = None,
+    *,
+    accept_early: bool = True,
 ) -> LockgateApi:
     """The application; `signing` as `signing_keys(settings)` finds them when not given
-    (which refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`)."""
+    (which refuses PostgreSQL without LOCKGATE_SIGNING_KEYS: `SigningKeysMissing`).
+
+    `accept_early`: the server takes connections while boot recovery runs (answering 503
+    until it finished, except a session's GET: `WhenReady`). False for one of several
+    workers on one port: it starts accepting once recovered, so the kernel hands a
+    connection made meanwhile to a worker that is ready (`server/workers.py`)."""
     settings = settings or Settings()
     # Before the runtime: a server that cannot seal state must not start anything.
     signing = signing or signing_keys(settings)
@@ -192,6 +199,8 @@ def create_app(
     async def lifespan(app: LockgateApi) -> AsyncIterator[None]:
         async with session_manager.run():
             threading.Thread(target=boot, name="lockgate-boot", daemon=True).start()
+            if not accept_early:  # uvicorn listens once this lifespan has started
+                await to_thread.run_sync(ready.wait)
             try:
                 yield
             finally:

@@ -7,6 +7,7 @@ violation, stale diagrams); 2 the command could not run as asked (bad usage, mis
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -241,20 +242,17 @@ def run_server(
 ) -> None:
     """`serve`: with `extra_sources`, those tool sources are registered next to the notes
     tools (a test launcher, tests/support/procs/canary_server.py, serves a leaking source
-    this way)."""
-    import logging
-    import signal
+    this way). One worker serves in this process; several are forked behind one port
+    (`server/workers.py`)."""
     import sys
-    import threading
 
-    import uvicorn
     from pydantic import ValidationError
 
     from lockgate.machine.db.migrate import DatabaseNotMigrated
     from lockgate.machine.settings import Settings
-    from lockgate.machine.tools.errors import InvalidToolSource
     from lockgate.server.operations import configure_logging
     from lockgate.server.signing_keys import SigningKeyFileInvalid, SigningKeysMissing, signing_keys
+    from lockgate.server.workers import worker_count
 
     overrides: dict[str, Any] = {}
     if host is not None:
@@ -283,11 +281,26 @@ def run_server(
             2,
         )
     configure_logging(log_format(settings.log_format, sys.stderr))
+    count = worker_count(settings.workers, settings.database_url)
+    if count == 1:
+        application = _startable_app(settings, signing, extra_sources)
+        # Only once the server can be served: a start refused above leaves no key nobody saw.
+        _welcome(settings, keys, first_start, workers=1)
+        _serve(application, settings)
+    else:
+        _serve_workers(settings, signing, extra_sources, keys, first_start, count)
+
+
+def _startable_app(
+    settings: Any, signing: Any, extra_sources: Sequence[ToolSource], *, accept_early: bool = True
+) -> Any:
+    """The application, or the command's failure saying why it cannot be served."""
     from lockgate.machine.secret_store import SecretKeyProblem
+    from lockgate.machine.tools.errors import InvalidToolSource
     from lockgate.server.app import create_app
 
-    runtime = None
     try:
+        runtime = None
         if extra_sources:
             from lockgate.machine.runtime import Runtime
             from lockgate.machine.tools.notes import NotesSource
@@ -295,17 +308,29 @@ def run_server(
             runtime = Runtime.create(
                 settings, sources=[NotesSource(settings.notes_dir), *extra_sources]
             )
-        application = create_app(settings, runtime, signing)
+        return create_app(settings, runtime, signing, accept_early=accept_early)
     except (InvalidToolSource, SecretKeyProblem) as exc:
         # A source the operator configured cannot be served, or stored secrets cannot be
         # read: say which and why, not a trace.
         hint = f" {exc.hint}" if exc.hint else ""
         raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
-    # Only once the server can be served: a start refused above leaves no key nobody saw.
+
+
+def _welcome(settings: Any, keys: Any, first_start: bool, *, workers: int) -> None:
+    """The banner; on a first start, the first API key and an enrolment link for the person
+    who approves its calls (each shown once)."""
+    from datetime import UTC, datetime
+
+    from lockgate.machine.people import People
+    from lockgate.machine.write_path import WritePath
+
+    store = keys.store
+    people = People(
+        store=store, write=WritePath(store), settings=settings, clock=lambda: datetime.now(UTC)
+    )
     created = keys.create("local") if first_start else None
-    url = f"{settings.base_url}/mcp"
-    typer.echo(f"Lockgate MCP server: {url}")
-    people = application.state.runtime.people
+    processes = f" ({workers} worker processes)" if workers > 1 else ""
+    typer.echo(f"Lockgate MCP server: {settings.base_url}/mcp{processes}")
     if created is not None:
         typer.echo(
             f"Created an API key for principal 'local' (shown once):\n  {created.secret}\n"
@@ -327,6 +352,19 @@ def run_server(
             "No approver exists: no call can be approved outside approval mode `model`. Add "
             "one: lockgate approvers add NAME --principal PRINCIPAL"
         )
+    # Flushed now: a worker's log and the supervisor's banner go to different buffers.
+    sys.stdout.flush()
+
+
+def _serve(application: Any, settings: Any, sockets: list[Any] | None = None) -> None:
+    """Serve `application` until SIGTERM or SIGINT, then drain: on `sockets` when given (a
+    worker's inherited one), else on the configured host and port."""
+    import logging
+    import signal
+    import threading
+
+    import uvicorn
+
     drain = application.state.drain
     draining_runtime = application.state.runtime
 
@@ -360,7 +398,60 @@ def run_server(
     # uvicorn re-raises the signal it stopped for once it has shut down; a drained stop is
     # a clean exit, so that re-raise lands here and exits 0.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    DrainingServer(config).run()
+    DrainingServer(config).run(sockets)
+
+
+def _serve_workers(
+    settings: Any,
+    signing: Any,
+    extra_sources: Sequence[ToolSource],
+    keys: Any,
+    first_start: bool,
+    count: int,
+) -> None:
+    """`count` workers behind one port, each an instance named after its slot."""
+    from multiprocessing.synchronize import Event
+
+    from lockgate.machine.runtime import default_instance_name
+    from lockgate.server import operations
+    from lockgate.server.workers import CANNOT_START, Supervisor, instance_name, listen
+
+    try:
+        listening = listen(settings.host, settings.port)
+    except OSError as exc:
+        raise _fail(
+            f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", 2
+        ) from None
+    base_name = default_instance_name(settings)
+    with operations.shared_metrics() as metrics_dir:
+
+        def worker(slot: int, created: Event) -> None:
+            name = instance_name(base_name, slot)
+            # What reads the settings again (a plugin, a log line) sees its own name too.
+            os.environ["LOCKGATE_INSTANCE_NAME"] = name
+            mine = settings.model_copy(update={"instance_name": name})
+            operations.use_shared_metrics(metrics_dir)
+            try:
+                application = _startable_app(mine, signing, extra_sources, accept_early=False)
+            except typer.Exit as refused:  # its reason is on stderr already
+                sys.exit(refused.exit_code or CANNOT_START)
+            created.set()
+            _serve(application, mine, [listening])
+
+        # The parent's connections are closed before the fork: each worker opens its own.
+        keys.store.engine.dispose()
+        stop_within = settings.drain_timeout.total_seconds() + 5
+        supervisor = Supervisor(count, worker, stop_within=stop_within)
+        try:
+            if not supervisor.start():
+                raise _fail("cannot start: a worker could not start (its reason is above).", 2)
+            _welcome(settings, keys, first_start, workers=count)
+            status = supervisor.supervise()
+        finally:
+            supervisor.stop()
+            listening.close()
+    if status:
+        raise typer.Exit(status)
 
 
 def log_format(setting: str, stream: Any) -> Literal["text", "json"]:

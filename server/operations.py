@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -12,8 +16,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Security
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -136,21 +141,60 @@ class LiveExecutions(Collector):
         yield gauge
 
 
+#: Where prometheus-client's multiprocess mode keeps each process's counts.
+SHARED_METRICS = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextlib.contextmanager
+def shared_metrics() -> Iterator[str]:
+    """A folder where several workers' metrics meet, so that /metrics, whichever worker
+    answers it, counts the whole server: the operator's PROMETHEUS_MULTIPROC_DIR when set,
+    else a fresh folder removed afterwards."""
+    given = os.environ.get(SHARED_METRICS)
+    if given:
+        yield given
+        return
+    folder = tempfile.mkdtemp(prefix="lockgate-metrics-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def use_shared_metrics(folder: str) -> None:
+    """In a worker, before its metrics exist: count into `folder` (prometheus-client picks
+    its value class once, at import, from this variable; a worker forked after the import
+    picks it again)."""
+    os.environ[SHARED_METRICS] = folder
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
 class Metrics:
+    """The transition counts and request latencies, and the live executions (read from the
+    database at scrape time). Several workers share their counts through the folder
+    `shared_metrics` made: each scrape sums every worker's, dead ones' included (a counter
+    never goes back)."""
+
     def __init__(self, runtime: Runtime) -> None:
         self.registry = CollectorRegistry()
+        shared = bool(os.environ.get(SHARED_METRICS))
+        if shared:
+            MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
+        # Shared, the counts live in the folder: registered here too, they would be counted
+        # twice (this worker's own, then everyone's).
+        own = None if shared else self.registry
         self.transitions = Counter(
             "lockgate_transitions",
             "Committed lifecycle transitions by machine and event (pause, resume, expire, "
             "requeue/interrupt = recoveries, ...)",
             ["machine", "event"],
-            registry=self.registry,
+            registry=own,
         )
         self.latency = Histogram(
             "lockgate_request_seconds",
             "HTTP request latency",
             ["route"],
-            registry=self.registry,
+            registry=own,
         )
         self.registry.register(LiveExecutions(runtime))
         runtime.engine.write.observers.append(self.observe)

@@ -54,6 +54,9 @@ DEPLOYMENT_SETTINGS = {
     "lease_ttl": "3",
     "heartbeat_interval": "0.5",
     "sweep_interval": "0.5",
+    # One process per server: the armed crash kills the instance the run talks to (with
+    # several workers, their supervisor would replace the one that crashed).
+    "workers": "1",
 }
 
 

@@ -131,6 +131,10 @@ def _forked_main(
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = [module, *args]
+    # A program of its own, as after an exec: it may start processes of its own (`lockgate
+    # serve` forks its workers), which `multiprocessing` refuses to a daemonic process. Only
+    # this process's own record changes; its parent still stops it when it exits.
+    multiprocessing.current_process().daemon = False
     PROGRAMS[module](args)
 
 

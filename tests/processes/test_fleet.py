@@ -85,6 +85,9 @@ def instances_fixture(
         # once on whichever instances (the dead one's until its lease lapses): the
         # per-principal running limit is what this test is not about.
         LOCKGATE_MAX_RUNNING_PER_PRINCIPAL=str(2 * CLIENTS),
+        # The product's default: one worker process per core behind each server's port, each
+        # an instance of its own (`fleet-<n>#<slot>`).
+        LOCKGATE_WORKERS="0",
     )
     try:
         yield deployment
@@ -173,7 +176,7 @@ def test_a_fleet_loses_nothing_when_an_instance_is_killed_under_load(
                 await asyncio.sleep(0.05)  # polls the workers' progress, nothing else
             # Killed while it holds a call in flight: that work must be recovered elsewhere.
             victim = entered(gate)[0]
-            server = servers[int(victim.removeprefix("fleet-"))]
+            server = servers[int(victim.removeprefix("fleet-").split("#")[0])]
             assert await asyncio.to_thread(server.kill) == -signal.SIGKILL
             in_flight = await asyncio.to_thread(running_on, fleet.database_url, victim)
             assert in_flight, f"{victim} was killed holding a call, yet ran nothing"
