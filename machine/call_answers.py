@@ -158,6 +158,8 @@ class CallAnswers:
         seq = call.typed.seq
 
         def go_on() -> None:
-            self.driver.drive(ex, lambda: (self.dispatcher.advance(ex, call, snapshot), seq))
+            self.driver.drive(
+                ex, lambda: (self.dispatcher.advance(ex, call, snapshot), seq), after="answers"
+            )
 
         return go_on

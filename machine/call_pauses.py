@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from lockgate.machine import tracing
 from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.journal_records import CallRecord, ExecutionRecord
 from lockgate.machine.sandbox import MONTY_VERSION
@@ -72,6 +73,12 @@ class CallPauses:
             fence=ex,
             carried=opening.carried,
         )
+        tracing.moment(
+            "lockgate.pause",
+            tracing.attributes_of(
+                execution_id=ex.id, call=call.typed.seq, tool=call.typed.tool, waits_for="approval"
+            ),
+        )
 
     def for_answers(
         self, ex: ExecutionRecord, call: CallRecord, snapshot: bytes, done: Dispatched
@@ -92,4 +99,10 @@ class CallPauses:
                 },
             ),
             fence=ex,
+        )
+        tracing.moment(
+            "lockgate.pause",
+            tracing.attributes_of(
+                execution_id=ex.id, call=call.typed.seq, tool=call.typed.tool, waits_for="answers"
+            ),
         )

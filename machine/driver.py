@@ -21,6 +21,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
+from lockgate.machine import tracing
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.dispatcher import (
@@ -117,13 +118,29 @@ class Driver:
             return self.dispatcher.advance(ex, record_of(call), snapshot), at
         return self.dispatcher.start_sandbox(ex), 0
 
-    def drive(self, ex: ExecutionRecord, first: FirstStep, *, new: bool = False) -> None:
+    def drive(
+        self,
+        ex: ExecutionRecord,
+        first: FirstStep,
+        *,
+        new: bool = False,
+        after: str = "recovery",
+    ) -> None:
         """Drive the execution, failing it (not the server) on an unexpected error. `new`:
-        it was stored by this drive's caller a moment ago, so its journal is empty."""
+        it was stored by this drive's caller a moment ago, so its journal is empty. `after`:
+        what it goes on after when not new (a `decision`, `answers` to its tool's questions,
+        or `recovery` handing it to this instance), for its span."""
         with self._driven:
             self._driving += 1
         try:
-            self._drive_or_hand_back(ex, first, new=new)
+            with tracing.span(
+                "lockgate.execution" if new else "lockgate.resume",
+                parent=ex.typed.trace_parent,
+                attributes=tracing.attributes_of(
+                    execution_id=ex.id, resumed_after=None if new else after
+                ),
+            ):
+                self._drive_or_hand_back(ex, first, new=new)
         finally:
             with self._driven:
                 self._driving -= 1

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
+from lockgate.machine import tracing
 from lockgate.machine.approval_audit import Decider, decision_record
 from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.call_answers import CallAnswers, NotApproval
@@ -173,6 +174,8 @@ class Engine:
             status=E.PENDING.value,
             code=code,
             direct_tool=direct_tool,
+            # Its later spans (decision, resume) continue the trace of what started it.
+            trace_parent=tracing.current_parent(),
             created_at=now,
             updated_at=now,
         )
@@ -320,30 +323,46 @@ class Engine:
             if call_row.status == C.AWAITING_INPUT:
                 return self.cancel(execution_id, principal_id)
             ex, call = record_of(row), record_of(call_row)
+            decider = decided_by or Decider.of_server()
             decision: JsonValue = decision_record(
                 str(action),
                 content,
-                decided_by or Decider.of_server(),
+                decider,
                 arguments=call_row.arguments,
                 policy=self.policy.for_principal(principal_id),
                 decided_at=self.clock(),
                 expires_at=row.deadline,
             )
             try:
-                self.write.apply(
-                    Step(
-                        call,
-                        "approve" if action is Action.ACCEPT else "decline",
-                        {"decision": decision, "deadline": row.deadline},
+                # In the execution's trace, linked to the request that brought it.
+                with tracing.span(
+                    "lockgate.decision",
+                    parent=row.trace_parent,
+                    link_current=True,
+                    attributes=tracing.attributes_of(
+                        execution_id=execution_id,
+                        call=call_row.seq,
+                        tool=call_row.tool,
+                        action=str(action),
+                        door=str(decider.door),
                     ),
-                    Step(ex, "resume", {"owner": self.owner}),
-                )
+                ):
+                    self.write.apply(
+                        Step(
+                            call,
+                            "approve" if action is Action.ACCEPT else "decline",
+                            {"decision": decision, "deadline": row.deadline},
+                        ),
+                        Step(ex, "resume", {"owner": self.owner}),
+                    )
             except (Conflict, GuardRefused, IllegalTransition):
                 # Lost the race (our read was stale by the time we wrote): see who won.
                 row = self.reads.owned(execution_id, principal_id)
             else:
                 self.driver.drive(
-                    ex, lambda: (self.dispatcher.advance(ex, call, snapshot), call_row.seq)
+                    ex,
+                    lambda: (self.dispatcher.advance(ex, call, snapshot), call_row.seq),
+                    after="decision",
                 )
                 return self.view(execution_id)
         return self._settled(row, action, decided_by)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
+from lockgate.machine import tracing
 from lockgate.machine.secrets import MissingSecret, Redactor, SecretStore
 from lockgate.machine.tools.call_notices import (
     CallNotice,
@@ -77,7 +78,11 @@ def invoke(
         answers=answers or {},
     )
     try:
-        value = tool.call(arguments, context)
+        with tracing.span(
+            "lockgate.tool_call",
+            attributes=tracing.attributes_of(call_id=call_id, tool=tool.spec.full_name),
+        ):
+            value = tool.call(arguments, context)
     except InputNeeded as asked:
         if not tool.spec.asks:  # made at once, where a question could not pause it
             log.warning("tool %s asked without declaring asks=True", tool.spec.full_name)

@@ -26,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
-from lockgate.machine.runtime import Runtime
+from lockgate.machine import tracing
+from lockgate.machine.runtime import Runtime, default_instance_name
 from lockgate.machine.settings import Settings
 from lockgate.server.approval_access import ApprovalAccess
 from lockgate.server.approval_inbox import ApprovalInbox
@@ -55,6 +56,7 @@ from lockgate.server.operations import (
 )
 from lockgate.server.owed_response import DrainSignal
 from lockgate.server.person_session import PersonAuth
+from lockgate.server.request_spans import RequestSpans
 from lockgate.server.runner import ExecutionRunner
 from lockgate.server.session_gate import SessionGate
 from lockgate.server.session_notices import SessionNotices
@@ -160,6 +162,9 @@ def create_app(
     settings = settings or Settings()
     # Before the runtime: a server that cannot seal state must not start anything.
     signing = signing or signing_keys(settings)
+    # Before the runtime too: traces asked for in a way this server cannot export refuse the
+    # start (`TracingMisconfigured`).
+    tracing.start_from_environment(default_instance_name(settings))
     runtime = runtime or Runtime.create(settings)
     keys = ApiKeys(runtime.engine.store)
     runner = ExecutionRunner(runtime)
@@ -209,6 +214,8 @@ def create_app(
                 await to_thread.run_sync(runtime.drain)
                 await to_thread.run_sync(runner.close)
                 await to_thread.run_sync(runtime.close)
+                # The spans still buffered are exported before the process ends.
+                await to_thread.run_sync(tracing.shut_down)
 
     gate = SessionGate(
         StreamableHTTPASGIApp(session_manager),
@@ -268,4 +275,7 @@ def create_app(
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(TimedRequests, metrics=metrics)
+    request_tracer = tracing.tracer()
+    if request_tracer is not None:  # outermost: the span covers everything the request does
+        app.add_middleware(RequestSpans, tracer=request_tracer)
     return app

@@ -297,6 +297,7 @@ def _startable_app(
     """The application, or the command's failure saying why it cannot be served."""
     from lockgate.machine.secret_store import SecretKeyProblem
     from lockgate.machine.tools.errors import InvalidToolSource
+    from lockgate.machine.tracing import TracingMisconfigured
     from lockgate.server.app import create_app
 
     try:
@@ -314,6 +315,8 @@ def _startable_app(
         # read: say which and why, not a trace.
         hint = f" {exc.hint}" if exc.hint else ""
         raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
+    except TracingMisconfigured as exc:
+        raise _fail(f"cannot start: {exc}", 2) from None
 
 
 def _welcome(settings: Any, keys: Any, first_start: bool, *, workers: int) -> None:

@@ -19,6 +19,7 @@ the process (its execution is recovery's then).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 import time
@@ -159,8 +160,10 @@ class ExecutionRunner:
         `principal`, the work holds one of its claimed in-flight places (see `InFlight`),
         released when the work ends."""
         job = work if principal is None else self._releasing(principal, work)
+        # The request's context goes with the work (its span, which a decision links to).
+        context = contextvars.copy_context()
         try:
-            future = self.pool.submit(job)
+            future = self.pool.submit(lambda: context.run(job))
         except BaseException:
             if principal is not None:
                 self.in_flight.release(principal)

@@ -20,7 +20,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 #: The newest migration this code knows. Written here rather than read from the scripts so
 #: that a server starting on an up-to-date database never imports Alembic (about a tenth
 #: of a second of its boot); `tests/unit/test_store.py` checks it against Alembic's own head.
-HEAD_REVISION = "0019"
+HEAD_REVISION = "0020"
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -199,6 +199,10 @@ class Execution(SQLModel, table=True):
     #: The direct tool whose call started it (`expose = "direct"`): it answers as that tool
     #: (MCP content), not as `execute`. None for code.
     direct_tool: str | None = Field(default=None, max_length=128)
+    #: The W3C `traceparent` of the span that started it, when traces are on: every later
+    #: span of it (the decision, the resume, on any instance, after any restart) continues
+    #: that trace (`machine.tracing`). None with traces off.
+    trace_parent: str | None = Field(default=None, max_length=64)
     #: Sealed sandbox snapshot: the last checkpoint, or the pause point.
     snapshot: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     runtime_version: str | None = Field(default=None, max_length=32)

@@ -88,7 +88,7 @@ def test_db_upgrade_migrates_and_reports_errors_clearly(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
     result = runner.invoke(cli.app, ["db", "upgrade"])
-    assert result.exit_code == 0 and "revision 0019" in result.output
+    assert result.exit_code == 0 and "revision 0020" in result.output
     monkeypatch.setenv("DATABASE_URL", "mysql://somewhere/db")
     result = runner.invoke(cli.app, ["db", "upgrade"])
     assert result.exit_code == 2 and "must be a sqlite" in result.output
