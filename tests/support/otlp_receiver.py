@@ -6,7 +6,7 @@ sleep."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -80,7 +80,7 @@ class OtlpReceiver:
             return [s for s in self.spans if s.name == name]
 
 
-def serve_otlp(receiver: OtlpReceiver) -> Iterator[str]:
+def serve_otlp(receiver: OtlpReceiver) -> Generator[str]:
     """Serve `receiver` until the generator closes; yields the base URL to give a process as
     OTEL_EXPORTER_OTLP_ENDPOINT (the exporter appends /v1/traces)."""
     app = Starlette(routes=[Route("/v1/traces", receiver.export, methods=["POST"])])
