@@ -29,32 +29,51 @@ FSYNCS = ("fsync(", "fdatasync(")
 ATTACH_LIMIT_SECS = 30.0
 
 
+def with_workers(pid: int) -> list[int]:
+    """The process and its children (a `lockgate serve` supervisor's workers), by /proc."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    return [pid, *(int(p) for p in children.read_text().split())] if children.exists() else [pid]
+
+
 class Tracer:
-    """`strace` attached to every thread of a process, counting its fsyncs until stopped."""
+    """`strace` attached to every thread of a process and of its workers, counting their
+    fsyncs until stopped."""
 
     def __init__(self, pid: int, log: Path) -> None:
         strace = shutil.which("strace")
         if strace is None:
             raise RuntimeError("strace is not installed (.ci/run installs it)")
         self.log = log
+        pids = with_workers(pid)
         self.process = subprocess.Popen(
-            [strace, "-f", "-e", "trace=fsync,fdatasync", "-o", str(log), "-p", str(pid)],
+            [
+                strace,
+                "-f",
+                "-e",
+                "trace=fsync,fdatasync",
+                "-o",
+                str(log),
+                *(arg for p in pids for arg in ("-p", str(p))),
+            ],
             stderr=subprocess.PIPE,
             text=True,
         )
         attached = threading.Event()
-        # strace says "Process N attached with T threads" once it holds every thread of the
-        # process (threads started later are followed): the count starts then.
-        threading.Thread(target=self._read, args=(attached,), daemon=True).start()
+        # strace says "Process N attached with T threads" once it holds every thread of a
+        # process (threads started later are followed): the count starts when each is held.
+        threading.Thread(target=self._read, args=(attached, len(pids)), daemon=True).start()
         if not attached.wait(ATTACH_LIMIT_SECS):
             self.process.kill()
-            raise RuntimeError(f"strace did not attach to {pid}")
+            raise RuntimeError(f"strace did not attach to {pids}")
 
-    def _read(self, attached: threading.Event) -> None:
+    def _read(self, attached: threading.Event, processes: int) -> None:
         assert self.process.stderr is not None
+        held = 0
         for line in self.process.stderr:
             if "attached" in line:
-                attached.set()
+                held += 1
+                if held >= processes:
+                    attached.set()
 
     def stop(self) -> int:
         """Detach and return the fsyncs seen."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from pydantic import JsonValue
 
+from lockgate.machine import tracing
 from lockgate.machine.policy import Policy
 
 
@@ -160,3 +163,20 @@ def exported(
         "decidedAt": record.get("decidedAt") or (decided_at.isoformat() if decided_at else None),
         "expiresAt": record.get("expiresAt"),
     }
+
+
+@contextmanager
+def decision_span(
+    trace_parent: str | None, execution_id: str, seq: int, tool: str, action: str, by: Decider
+) -> Iterator[None]:
+    """The decision's span: in the execution's trace (`trace_parent`, stored when it
+    started), linked to the request that brought the decision."""
+    with tracing.span(
+        "lockgate.decision",
+        parent=trace_parent,
+        link_current=True,
+        attributes=tracing.attributes_of(
+            execution_id=execution_id, call=seq, tool=tool, action=action, door=str(by.door)
+        ),
+    ):
+        yield

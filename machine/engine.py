@@ -25,7 +25,7 @@ from datetime import datetime
 from pydantic import JsonValue
 
 from lockgate.machine import tracing
-from lockgate.machine.approval_audit import Decider, decision_record
+from lockgate.machine.approval_audit import Decider, decision_record, decision_span
 from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.call_answers import CallAnswers, NotApproval
 from lockgate.machine.db.errors import ConstraintViolation
@@ -334,18 +334,8 @@ class Engine:
                 expires_at=row.deadline,
             )
             try:
-                # In the execution's trace, linked to the request that brought it.
-                with tracing.span(
-                    "lockgate.decision",
-                    parent=row.trace_parent,
-                    link_current=True,
-                    attributes=tracing.attributes_of(
-                        execution_id=execution_id,
-                        call=call_row.seq,
-                        tool=call_row.tool,
-                        action=str(action),
-                        door=str(decider.door),
-                    ),
+                with decision_span(
+                    row.trace_parent, row.id, call_row.seq, call_row.tool, str(action), decider
                 ):
                     self.write.apply(
                         Step(

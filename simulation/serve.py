@@ -5,7 +5,7 @@ the server the real-process simulation and the secret tests run, with the `held`
 
     python -m simulation.serve [--host H] [--port P]
 
-The same serve path as the console script (server.cli.run_server), configured through the
+The same serve path as the console script (server.cli_serve.run_server), configured through the
 environment only; the canary tools read their secret from `LOCKGATE_SECRET_CANARY_TOKEN`.
 They leak it into a result, an error message and an unexpected exception, so a test that
 finds no secret in what this server answered, logged or stored has proved the scrubbing.
@@ -20,7 +20,7 @@ import typer
 
 from lockgate.machine.settings import Settings
 from lockgate.machine.tools.notes import NotesSource
-from lockgate.server.cli import run_server
+from lockgate.server.cli_serve import run_server
 from lockgate.simulation.canary import CanarySource
 from lockgate.simulation.desk import DeskSource
 from lockgate.simulation.held import HeldSource

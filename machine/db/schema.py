@@ -196,20 +196,16 @@ class Execution(SQLModel, table=True):
     #: The instance id holding it while running; None otherwise.
     owner: str | None = Field(default=None, max_length=64)
     code: str = Field(sa_column=Column(Text, nullable=False))
-    #: The direct tool whose call started it (`expose = "direct"`): it answers as that tool
-    #: (MCP content), not as `execute`. None for code.
+    #: The direct tool whose call started it: it answers as that tool, not as `execute`.
     direct_tool: str | None = Field(default=None, max_length=128)
-    #: The W3C `traceparent` of the span that started it, when traces are on: every later
-    #: span of it (the decision, the resume, on any instance, after any restart) continues
-    #: that trace (`machine.tracing`). None with traces off.
+    #: The `traceparent` of the span that started it (traces on): its later spans join it.
     trace_parent: str | None = Field(default=None, max_length=64)
     #: Sealed sandbox snapshot: the last checkpoint, or the pause point.
     snapshot: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     runtime_version: str | None = Field(default=None, max_length=32)
     #: Tool calls made so far (the sequence of the latest journal row).
     calls_made: int = 0
-    #: Sequence of the tool call the stored snapshot is suspended at (the call it is
-    #: paused on, while waiting for a decision).
+    #: Sequence of the tool call the stored snapshot is suspended at (or paused on).
     snapshot_call: int | None = None
     deadline: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     logs: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
