@@ -1,20 +1,29 @@
-"""Case 3: MCP `execute` calls per second, and their p50 and p99, at 1, 8 and 32 clients.
+"""Case 3: MCP `execute` calls per second, and their p50 and p99, at 1, 8 and 32 clients; and
+the TM Dev Lab workload (a tools/call of a trivial tool, 50 concurrent clients).
 
-Both sides are real processes on loopback, driven by the SDK's own client over streamable
+Every side is a real process on loopback, driven by the SDK's own client over streamable
 HTTP (2025 sessions, one session per client, each client calling in a loop):
 
-- `lockgate serve` on a fresh SQLite file, `execute {"code": "1"}`: a durable execution
-  (journal, checkpoint, result) and the MCP request's own bookkeeping;
-- the peer: a plain SDK `MCPServer` whose `execute` tool runs nothing and keeps nothing
-  (`bench/plain_server.py`).
+- `lockgate serve` as it starts by default (one worker process per core) on a fresh SQLite
+  file, `execute {"code": "1"}`: a durable execution (journal, checkpoint, result) and the
+  MCP request's own bookkeeping;
+- the floor: a plain SDK `MCPServer` whose `execute` tool runs nothing and keeps nothing
+  (`bench/plain_server.py`);
+- the published peer at 50 clients: a plain FastMCP server with the same trivial tool
+  (`bench/fastmcp_server.py`).
+
+At 8 clients, Lockgate also runs with one worker (what the workers bring), and with traces on
+(OTLP/HTTP to a sink on loopback that accepts and drops every export): traces off must cost
+nothing against that, and on, what they cost.
 
 The sides alternate at each client count. The clients run in this process (one event loop),
-so on a 2-core machine they share the cores with the server they drive: both sides pay that.
+so on a 2-core machine they share the cores with the servers they drive: every side pays that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import statistics
@@ -29,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.request_syncs import fsyncs_per_request
 from bench.servers import ServerProcess, lockgate_env, lockgate_serve
+from tests.support.asgi_thread import serve_in_thread
 
 KEY = re.compile(r"lg_[A-Za-z0-9_\-]+")
 
@@ -42,16 +52,20 @@ class Side:
         self.url = f"{server.base_url}/mcp"
 
 
-def start_lockgate(workdir: Path) -> Side:
+def start_lockgate(workdir: Path, name: str = "lockgate", **settings: str) -> Side:
+    """`lockgate serve` on a fresh database of its own in `workdir/name`."""
+    folder = workdir / name
+    folder.mkdir(parents=True, exist_ok=True)
     env = lockgate_env(
-        f"sqlite:///{workdir / 'lockgate.db'}",
-        workdir,
+        f"sqlite:///{folder / 'lockgate.db'}",
+        folder,
         # The admission and rate limits are per principal, and every client here is the one
         # local principal: raised so that the case measures the server, not the limits.
         LOCKGATE_MAX_RUNNING_PER_PRINCIPAL="64",
         LOCKGATE_MAX_REQUESTS_PER_MINUTE="1000000",
+        **settings,
     )
-    server = lockgate_serve(env, workdir / "lockgate.out")
+    server = lockgate_serve(env, folder / "lockgate.out")
     # The first boot on a fresh database creates the local principal's key and prints it
     # before it serves.
     found = KEY.search(server.printed())
@@ -64,6 +78,22 @@ def start_lockgate(workdir: Path) -> Side:
 def start_plain(workdir: Path) -> Side:
     command = [sys.executable, "-m", "bench.plain_server"]
     return Side(ServerProcess(command, dict(os.environ), "/mcp", workdir / "plain.out"), None)
+
+
+def start_fastmcp(workdir: Path) -> Side:
+    command = [sys.executable, "-m", "bench.fastmcp_server"]
+    return Side(ServerProcess(command, dict(os.environ), "/mcp", workdir / "fastmcp.out"), None)
+
+
+async def _drop_spans(scope: Any, receive: Any, send: Any) -> None:
+    """An OTLP/HTTP endpoint that accepts every export and keeps nothing (the cost measured
+    is the server's: making, batching, encoding and sending its spans)."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
 
 
 class Window:
@@ -121,13 +151,12 @@ def drive(side: Side, clients: int, seconds: float) -> dict[str, Any]:
 
 def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
     counts, seconds = ((1, 2), 1.0) if smoke else ((1, 8, 32), 8.0)
-    lockgate = start_lockgate(workdir)
-    try:
+    published_clients, traced_clients = (4, 2) if smoke else (50, 8)
+    with contextlib.ExitStack() as started:
+        lockgate = start_lockgate(workdir)
+        started.callback(lockgate.server.stop)
         plain = start_plain(workdir)
-    except BaseException:
-        lockgate.server.stop()
-        raise
-    try:
+        started.callback(plain.server.stop)
         syncs = fsyncs_per_request(
             lockgate.url, lockgate.key, lockgate.server.pid, workdir, 10 if smoke else 100
         )
@@ -140,7 +169,41 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
                     "plain": drive(plain, clients, seconds),
                 }
             )
-        return {"seconds": seconds, "rows": rows, "request_syncs": syncs}
-    finally:
-        lockgate.server.stop()
-        plain.server.stop()
+        fastmcp = start_fastmcp(workdir)
+        started.callback(fastmcp.server.stop)
+        published = {
+            "clients": published_clients,
+            "lockgate": drive(lockgate, published_clients, seconds),
+            "fastmcp": drive(fastmcp, published_clients, seconds),
+            "plain": drive(plain, published_clients, seconds),
+        }
+        one = start_lockgate(workdir, "one-worker", LOCKGATE_WORKERS="1")
+        started.callback(one.server.stop)
+        sink = serve_in_thread(_drop_spans, "otlp-sink")
+        started.callback(sink.close)
+        traced = start_lockgate(
+            workdir,
+            "traced",
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{next(sink)}",
+        )
+        started.callback(traced.server.stop)
+        variants = {
+            "clients": traced_clients,
+            "default": drive(lockgate, traced_clients, seconds),
+            "one_worker": drive(one, traced_clients, seconds),
+            "traces_on": drive(traced, traced_clients, seconds),
+        }
+        return {
+            "seconds": seconds,
+            "workers": _workers(lockgate),
+            "rows": rows,
+            "published": published,
+            "variants": variants,
+            "request_syncs": syncs,
+        }
+
+
+def _workers(side: Side) -> int:
+    """How many worker processes the default `lockgate serve` ran (its banner says)."""
+    found = re.search(r"\((\d+) worker processes\)", side.server.printed())
+    return int(found.group(1)) if found else 1

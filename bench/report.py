@@ -108,7 +108,8 @@ def _throughput_section(mcp: dict[str, Any] | None) -> list[str]:
     lines = [
         "## 3. MCP `execute` calls per second",
         "",
-        "A real `lockgate serve` (SQLite) and a plain SDK `MCPServer` whose `execute` tool "
+        "A real `lockgate serve` (SQLite, its default worker processes) and a plain SDK "
+        "`MCPServer` whose `execute` tool "
         "runs nothing, each driven by the SDK's client over streamable HTTP (one 2025 session "
         f"per client, calling in a loop for {mcp['seconds']:g} s), alternating. The clients "
         "share the machine with the server. Goal: Lockgate at least 0.6x the plain tool at 8 "
@@ -126,7 +127,61 @@ def _throughput_section(mcp: dict[str, Any] | None) -> list[str]:
             f"{ours['p99_ms']:g} ms) | {plain['calls_per_second']:g} ({plain['p50_ms']:g} / "
             f"{plain['p99_ms']:g} ms) | **{ratio:.2f}x** |"
         )
-    return [*lines, "", *_request_syncs(mcp.get("request_syncs"))]
+    return [
+        *lines,
+        "",
+        *_published_table(mcp.get("published"), mcp.get("workers")),
+        *_variants_table(mcp.get("variants")),
+        *_request_syncs(mcp.get("request_syncs")),
+    ]
+
+
+def _rate(side: dict[str, Any]) -> str:
+    return f"{side['calls_per_second']:g} ({side['p50_ms']:g} / {side['p99_ms']:g} ms)"
+
+
+def _published_table(published: dict[str, Any] | None, workers: int | None) -> list[str]:
+    """The TM Dev Lab workload: Lockgate, FastMCP and the plain SDK side by side."""
+    if published is None:
+        return []
+    ours, peer = published["lockgate"], published["fastmcp"]
+    return [
+        f"The TM Dev Lab workload, {published['clients']} concurrent clients calling a trivial "
+        f"tool, against a plain FastMCP server (fastmcp from PyPI, its defaults). Lockgate "
+        f"runs its default {workers or 1} worker process(es); the peers run one process each.",
+        "",
+        "| server | calls/s (p50 / p99) | / FastMCP |",
+        "|---|---|---|",
+        f"| Lockgate `execute` (durable) | {_rate(ours)} | "
+        f"**{ours['calls_per_second'] / peer['calls_per_second']:.2f}x** |",
+        f"| FastMCP | {_rate(peer)} | 1.00x |",
+        f"| plain SDK `MCPServer` | {_rate(published['plain'])} | "
+        f"{published['plain']['calls_per_second'] / peer['calls_per_second']:.2f}x |",
+        "",
+    ]
+
+
+def _variants_table(variants: dict[str, Any] | None) -> list[str]:
+    """What the workers bring, and what traces cost on and off, at one client count."""
+    if variants is None:
+        return []
+    base = variants["default"]["calls_per_second"]
+    rows = [
+        ("default (workers, traces off)", variants["default"]),
+        ("one worker", variants["one_worker"]),
+        ("traces on (OTLP/HTTP to a loopback sink)", variants["traces_on"]),
+    ]
+    return [
+        f"Lockgate at {variants['clients']} clients, three ways, one after the other:",
+        "",
+        "| Lockgate | calls/s (p50 / p99) | / default |",
+        "|---|---|---|",
+        *(
+            f"| {name} | {_rate(side)} | {side['calls_per_second'] / base:.2f}x |"
+            for name, side in rows
+        ),
+        "",
+    ]
 
 
 def _request_syncs(syncs: dict[str, Any] | None) -> list[str]:

@@ -74,7 +74,10 @@ def run_server(
     configure_logging(log_format(settings.log_format, sys.stderr))
     count = worker_count(settings.workers, settings.database_url)
     if count == 1:
-        application = _startable_app(settings, signing, extra_sources)
+        try:
+            application = _startable_app(settings, signing, extra_sources)
+        except CannotStart as exc:
+            raise _fail(str(exc), 2) from None
         # Only once the server can be served: a start refused above leaves no key nobody saw.
         _welcome(settings, keys, first_start, workers=1)
         _serve(application, settings)
@@ -82,10 +85,14 @@ def run_server(
         _serve_workers(settings, signing, extra_sources, keys, first_start, count)
 
 
+class CannotStart(Exception):
+    """Why the application cannot be served, in words for the operator."""
+
+
 def _startable_app(
     settings: Any, signing: Any, extra_sources: Sequence[ToolSource], *, accept_early: bool = True
 ) -> Any:
-    """The application, or the command's failure saying why it cannot be served."""
+    """The application; CannotStart saying why it cannot be served."""
     from lockgate.machine.secret_store import SecretKeyProblem
     from lockgate.machine.tools.errors import InvalidToolSource
     from lockgate.machine.tracing import TracingMisconfigured
@@ -105,9 +112,9 @@ def _startable_app(
         # A source the operator configured cannot be served, or stored secrets cannot be
         # read: say which and why, not a trace.
         hint = f" {exc.hint}" if exc.hint else ""
-        raise _fail(f"cannot start: {exc.message}.{hint}", 2) from None
+        raise CannotStart(f"cannot start: {exc.message}.{hint}") from None
     except TracingMisconfigured as exc:
-        raise _fail(f"cannot start: {exc}", 2) from None
+        raise CannotStart(f"cannot start: {exc}") from None
 
 
 def _welcome(settings: Any, keys: Any, first_start: bool, *, workers: int) -> None:
@@ -208,7 +215,7 @@ def _serve_workers(
 
     from lockgate.machine.runtime import default_instance_name
     from lockgate.server import operations
-    from lockgate.server.workers import CANNOT_START, Supervisor, instance_name, listen
+    from lockgate.server.workers import Supervisor, WorkerRefused, instance_name, listen
 
     try:
         listening = listen(settings.host, settings.port)
@@ -227,8 +234,8 @@ def _serve_workers(
             operations.use_shared_metrics(metrics_dir)
             try:
                 application = _startable_app(mine, signing, extra_sources, accept_early=False)
-            except typer.Exit as refused:  # its reason is on stderr already
-                sys.exit(refused.exit_code or CANNOT_START)
+            except CannotStart as exc:  # said once, by the supervisor
+                raise WorkerRefused(str(exc)) from None
             created.set()
             _serve(application, mine, [listening])
 
@@ -237,8 +244,9 @@ def _serve_workers(
         stop_within = settings.drain_timeout.total_seconds() + 5
         supervisor = Supervisor(count, worker, stop_within=stop_within)
         try:
-            if not supervisor.start():
-                raise _fail("cannot start: a worker could not start (its reason is above).", 2)
+            refused = supervisor.start()
+            if refused is not None:
+                raise _fail(refused, 2)
             _welcome(settings, keys, first_start, workers=count)
             status = supervisor.supervise()
         finally:

@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 
@@ -59,8 +59,13 @@ RESTART_PAUSE_SECS = 1.0
 
 #: What a worker runs: given its slot and an event to set once its application is built
 #: (it is then startable: the supervisor's banner and first key wait for that), it serves
-#: on the inherited socket until told to stop.
+#: on the inherited socket until told to stop. It raises `WorkerRefused` when it cannot.
 WorkerMain = Callable[[int, Event], None]
+
+
+class WorkerRefused(Exception):
+    """A worker cannot start (a source it cannot serve, secrets it cannot read): its message
+    goes to the supervisor, which says it once and stops."""
 
 
 def default_count() -> int:
@@ -126,18 +131,22 @@ class Supervisor:
         self.slots = [Slot(index) for index in range(count)]
         self._context = multiprocessing.get_context("fork")
         self._stopping = False
+        #: Where a worker that cannot start says why.
+        self._refusals, self._refusing = self._context.Pipe(duplex=False)
 
     def _start(self, slot: Slot) -> None:
         created = self._context.Event()
         process = self._context.Process(
-            target=_run_worker, args=(self.main, slot.index, created), name=f"worker-{slot.index}"
+            target=_run_worker,
+            args=(self.main, slot.index, created, self._refusing),
+            name=f"worker-{slot.index}",
         )
         process.start()
         slot.process, slot.created, slot.started = process, created, time.monotonic()
 
-    def start(self) -> bool:
-        """Start every worker and wait until each has built its application; False (every
-        worker stopped) when one could not."""
+    def start(self) -> str | None:
+        """Start every worker and wait until each has built its application. When one could
+        not: every worker stopped, and why (None when all started)."""
         for slot in self.slots:
             self._start(slot)
         for slot in self.slots:
@@ -145,8 +154,15 @@ class Supervisor:
             while not slot.created.wait(0.05):
                 if slot.process.exitcode is not None:
                     self.stop()
-                    return False
-        return True
+                    return self._refusal(slot)
+        return None
+
+    def _refusal(self, slot: Slot) -> str:
+        """Why the worker in `slot`, which ended before it started, could not start."""
+        if self._refusals.poll():
+            return str(self._refusals.recv())
+        assert slot.process is not None
+        return f"worker {slot.index} ended with status {slot.process.exitcode} as it started"
 
     def supervise(self) -> int:
         """Serve until SIGTERM or SIGINT, replacing workers that die; then stop them all.
@@ -191,7 +207,7 @@ class Supervisor:
             slot.exits.append(code)
             assert slot.created is not None
             if code == CANNOT_START and not slot.created.is_set():
-                log.error("worker %d could not start (exit %s): stopping", slot.index, code)
+                log.error("cannot start: %s; stopping", self._refusal(slot))
                 return CANNOT_START
             log.warning(
                 "worker %d (pid %s) ended with status %s; starting a replacement",
@@ -228,11 +244,15 @@ class Supervisor:
         return [s.process.pid for s in self.slots if s.process is not None and s.process.pid]
 
 
-def _run_worker(main: WorkerMain, slot: int, created: Event) -> None:
+def _run_worker(main: WorkerMain, slot: int, created: Event, refusing: Connection) -> None:
     """A worker's first steps after the fork: tied to its parent's life, with the default
     signal dispositions back (the supervisor's handlers only set its own flag)."""
     die_with_parent()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
-    main(slot, created)
+    try:
+        main(slot, created)
+    except WorkerRefused as refused:
+        refusing.send(str(refused))
+        sys.exit(CANNOT_START)
