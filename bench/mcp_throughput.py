@@ -63,7 +63,7 @@ def start_lockgate(workdir: Path, name: str = "lockgate", **settings: str) -> Si
         # local principal: raised so that the case measures the server, not the limits.
         LOCKGATE_MAX_RUNNING_PER_PRINCIPAL="64",
         LOCKGATE_MAX_REQUESTS_PER_MINUTE="1000000",
-        **settings,
+        **{"LOCKGATE_WORKERS": "0", **settings},  # the default unless `settings` say
     )
     server = lockgate_serve(env, folder / "lockgate.out")
     # The first boot on a fresh database creates the local principal's key and prints it

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.profile LABEL [--clients 8] [--seconds 8] [--note TEXT]
 
 starts a server as case 3 does, drives it with that many SDK clients, samples the thread
-holding the GIL (the server is GIL-bound under load: one core) with `py-spy record --gil`,
+holding the GIL in each worker process (a worker is GIL-bound under load: one core each) with
+`py-spy record --gil --subprocesses`,
 and adds to `bench/profiles.json` under LABEL: calls per second, the GIL's milliseconds per
 request, and the share of samples by what the innermost frame belongs to (its self time by
 package). `make bench` renders every label side by side in RESULTS.md. To profile an older
@@ -80,7 +81,7 @@ def profile(clients: int, seconds: float) -> dict[str, Any]:
             raw = work / "profile.txt"
             sampler = subprocess.Popen(
                 [str(spy), "record", "-p", str(side.server.pid), "-f", "raw", "-o", str(raw),
-                 "-r", str(RATE), "-d", str(int(seconds)), "--gil"],
+                 "-r", str(RATE), "-d", str(int(seconds)), "--gil", "--subprocesses"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             measured = drive(side, clients, seconds)

@@ -28,8 +28,12 @@ def lockgate_env(database_url: str, workdir: Path, **settings: str) -> dict[str,
         DATABASE_URL=database_url,
         LOCKGATE_NOTES_DIR=str(workdir / "notes"),
         LOCKGATE_APPROVAL_MODE="model",
-        **settings,
+        # One process: the cases that read a server's memory, CPU or boot measure an
+        # instance, and a supervisor's own figures would say nothing of its workers. Case 3
+        # runs the default (one worker per core), as a user's server does.
+        LOCKGATE_WORKERS="1",
     )
+    env.update(settings)
     return env
 
 
