@@ -50,7 +50,11 @@ def corpus_cost(workdir: Path, *, smoke: bool) -> object:
 
 
 #: The cases `--only` runs by themselves (their result's key in results.json).
-ONLY = {"published_sources": published_source_cost, "source_corpus": corpus_cost}
+ONLY = {
+    "published_sources": published_source_cost,
+    "source_corpus": corpus_cost,
+    "mcp": mcp_throughput,
+}
 
 
 def timing(database_url: str, workdir: Path, ns: list[int], reps: int, *, monty: bool) -> object:
