@@ -211,11 +211,15 @@ def _serve_workers(
     count: int,
 ) -> None:
     """`count` workers behind one port, each an instance named after its slot."""
-    from multiprocessing.synchronize import Event
-
     from lockgate.machine.runtime import default_instance_name
     from lockgate.server import operations
-    from lockgate.server.workers import Supervisor, WorkerRefused, instance_name, listen
+    from lockgate.server.workers import (
+        Startup,
+        Supervisor,
+        WorkerRefused,
+        instance_name,
+        listen,
+    )
 
     try:
         listening = listen(settings.host, settings.port)
@@ -226,7 +230,7 @@ def _serve_workers(
     base_name = default_instance_name(settings)
     with operations.shared_metrics() as metrics_dir:
 
-        def worker(slot: int, created: Event) -> None:
+        def worker(slot: int, startup: Startup) -> None:
             name = instance_name(base_name, slot)
             # What reads the settings again (a plugin, a log line) sees its own name too.
             os.environ["LOCKGATE_INSTANCE_NAME"] = name
@@ -236,7 +240,7 @@ def _serve_workers(
                 application = _startable_app(mine, signing, extra_sources, accept_early=False)
             except CannotStart as exc:  # said once, by the supervisor
                 raise WorkerRefused(str(exc)) from None
-            created.set()
+            startup.built()
             _serve(application, mine, [listening])
 
         # The parent's connections are closed before the fork: each worker opens its own.
@@ -248,7 +252,7 @@ def _serve_workers(
             if refused is not None:
                 raise _fail(refused, 2)
             _welcome(settings, keys, first_start, workers=count)
-            status = supervisor.supervise()
+            status = supervisor.serve()
         finally:
             supervisor.stop()
             listening.close()

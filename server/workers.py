@@ -57,10 +57,26 @@ CANNOT_START = 2
 #: replaced in a hot loop.
 RESTART_PAUSE_SECS = 1.0
 
-#: What a worker runs: given its slot and an event to set once its application is built
-#: (it is then startable: the supervisor's banner and first key wait for that), it serves
-#: on the inherited socket until told to stop. It raises `WorkerRefused` when it cannot.
-WorkerMain = Callable[[int, Event], None]
+
+@dataclass(frozen=True)
+class Startup:
+    """A worker's part in the start. Once its application is built it calls `built`, which
+    returns when the supervisor lets every worker serve: after every worker was built, and
+    after the banner and the first key (so no request is served by a server whose start is
+    then refused, and the banner is out before anything is served)."""
+
+    created: Event
+    go: Event
+
+    def built(self) -> None:
+        self.created.set()
+        self.go.wait()
+
+
+#: What a worker runs: given its slot and its `Startup`, it builds its application, calls
+#: `built`, and serves on the inherited socket until told to stop. It raises
+#: `WorkerRefused` when it cannot start.
+WorkerMain = Callable[[int, Startup], None]
 
 
 class WorkerRefused(Exception):
@@ -133,20 +149,30 @@ class Supervisor:
         self._stopping = False
         #: Where a worker that cannot start says why.
         self._refusals, self._refusing = self._context.Pipe(duplex=False)
+        #: Set once every worker may serve (`Startup`).
+        self._go = self._context.Event()
+        #: A signal's handler writes here, so that the supervisor's wait wakes.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
 
     def _start(self, slot: Slot) -> None:
         created = self._context.Event()
         process = self._context.Process(
             target=_run_worker,
-            args=(self.main, slot.index, created, self._refusing),
+            args=(self.main, slot.index, Startup(created, self._go), self._refusing),
             name=f"worker-{slot.index}",
         )
         process.start()
         slot.process, slot.created, slot.started = process, created, time.monotonic()
 
     def start(self) -> str | None:
-        """Start every worker and wait until each has built its application. When one could
-        not: every worker stopped, and why (None when all started)."""
+        """Start every worker and wait until each has built its application (none serves
+        yet: `serve`). When one could not: every worker stopped, and why (None when all
+        were built). SIGTERM and SIGINT are taken from here on: one that comes while the
+        workers start stops them all, drained, instead of killing this process."""
+        signal.set_wakeup_fd(self._wake_write)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
         for slot in self.slots:
             self._start(slot)
         for slot in self.slots:
@@ -157,6 +183,22 @@ class Supervisor:
                     return self._refusal(slot)
         return None
 
+    def serve(self) -> int:
+        """Let every worker serve, and keep them serving until SIGTERM or SIGINT (replacing
+        those that die); then stop them all. The exit status: 0, or `CANNOT_START` when a
+        replacement could not start."""
+        self._go.set()
+        status = 0
+        try:
+            while not self._stopping:
+                status = self._watch()
+                if status:
+                    break
+        finally:
+            signal.set_wakeup_fd(-1)
+        self.stop()
+        return status
+
     def _refusal(self, slot: Slot) -> str:
         """Why the worker in `slot`, which ended before it started, could not start."""
         if self._refusals.poll():
@@ -164,39 +206,18 @@ class Supervisor:
         assert slot.process is not None
         return f"worker {slot.index} ended with status {slot.process.exitcode} as it started"
 
-    def supervise(self) -> int:
-        """Serve until SIGTERM or SIGINT, replacing workers that die; then stop them all.
-        The exit status: 0, or `CANNOT_START` when a replacement could not start."""
-        wake_read, wake_write = os.pipe()
-        os.set_blocking(wake_write, False)
-        previous_wakeup = signal.set_wakeup_fd(wake_write)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
-        status = 0
-        try:
-            while not self._stopping:
-                status = self._watch(wake_read)
-                if status:
-                    break
-        finally:
-            signal.set_wakeup_fd(previous_wakeup)
-            os.close(wake_read)
-            os.close(wake_write)
-        self.stop()
-        return status
-
     def _on_signal(self, signum: int, frame: object) -> None:
         self._stopping = True
 
-    def _watch(self, wake_read: int) -> int:
+    def _watch(self) -> int:
         now = time.monotonic()
         waiting = [s for s in self.slots if s.process is None]
         timeout = max(0.0, min(s.due for s in waiting) - now) if waiting else None
         live = [s.process.sentinel for s in self.slots if s.process is not None]
-        woken = wait([wake_read, *live], timeout)
-        if wake_read in woken:
+        woken = wait([self._wake_read, *live], timeout)
+        if self._wake_read in woken:
             with contextlib.suppress(BlockingIOError):
-                os.read(wake_read, 512)
+                os.read(self._wake_read, 512)
         if self._stopping:
             return 0
         for slot in self.slots:
@@ -244,7 +265,7 @@ class Supervisor:
         return [s.process.pid for s in self.slots if s.process is not None and s.process.pid]
 
 
-def _run_worker(main: WorkerMain, slot: int, created: Event, refusing: Connection) -> None:
+def _run_worker(main: WorkerMain, slot: int, startup: Startup, refusing: Connection) -> None:
     """A worker's first steps after the fork: tied to its parent's life, with the default
     signal dispositions back (the supervisor's handlers only set its own flag)."""
     die_with_parent()
@@ -252,7 +273,7 @@ def _run_worker(main: WorkerMain, slot: int, created: Event, refusing: Connectio
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
     try:
-        main(slot, created)
+        main(slot, startup)
     except WorkerRefused as refused:
         refusing.send(str(refused))
         sys.exit(CANNOT_START)
