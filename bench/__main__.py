@@ -54,6 +54,7 @@ ONLY = {
     "published_sources": published_source_cost,
     "source_corpus": corpus_cost,
     "mcp": mcp_throughput,
+    "resume": resume_cost,
 }
 
 

@@ -234,11 +234,24 @@ def _resume_section(resume: dict[str, Any] | None) -> list[str]:
         + " / ".join(f"{g:g}" for g in rounds)
         + " MiB** |",
         f"| RSS per 1,000 idle sessions | {resume['rss_per_1000_sessions_mib']:g} MiB |",
+        *_plain_sessions_row(resume),
         f"| restart: boot to ready, {resume['paused'] * resume['rounds']:,} paused | "
         f"{resume['restart_boot_seconds']:.2f} s |",
         f"| resume after restart, p50 / p99 (first) | {r['p50_ms']:g} / {r['p99_ms']:g} ms "
         f"({r['first_ms']:g} ms) |",
         "",
+    ]
+
+
+def _plain_sessions_row(resume: dict[str, Any]) -> list[str]:
+    """The plain SDK's RSS per 1,000 idle sessions, and Lockgate's as a multiple of it."""
+    plain = resume.get("plain_rss_per_1000_sessions_mib")
+    if not plain:  # a results file from before the peer was measured
+        return []
+    ratio = resume["rss_per_1000_sessions_mib"] / plain
+    return [
+        f"| the same, plain SDK `MCPServer` (goal: Lockgate at most 1.1x) | {plain:g} MiB "
+        f"(Lockgate **{ratio:.2f}x**) |"
     ]
 
 

@@ -22,7 +22,9 @@ the high-water mark of what the work cost, not only what is still referenced.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -98,7 +100,7 @@ def _pause(url: str, key: str, count: int) -> list[str]:
     return ids
 
 
-def _open_idle_sessions(url: str, key: str, count: int) -> None:
+def _open_idle_sessions(url: str, key: str | None, count: int) -> None:
     with httpx2.Client(timeout=60.0) as http:
         for _ in range(count):
             if RawMCP(http, url, key, "legacy").initialize().status_code != 200:
@@ -126,6 +128,21 @@ def _resume(url: str, key: str, ids: list[str]) -> dict[str, Any]:
         "p50_ms": round(1000 * statistics.median(ordered), 2),
         "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
     }
+
+
+def _plain_sessions_mib(workdir: Path, sessions: int) -> float:
+    """The peer's figure: a plain SDK `MCPServer` (`bench/plain_server.py`), warmed up with
+    a fifth as many sessions, then as many idle sessions opened the same way."""
+    command = [sys.executable, "-m", "bench.plain_server"]
+    plain = ServerProcess(command, dict(os.environ), "/mcp", workdir / "plain.out")
+    try:
+        url = f"{plain.base_url}/mcp"
+        _open_idle_sessions(url, None, max(1, sessions // 5))
+        start = rss_mib(plain.pid)
+        _open_idle_sessions(url, None, sessions)
+        return round((rss_mib(plain.pid) - start) * 1000 / sessions, 2)
+    finally:
+        plain.stop()
 
 
 def resume_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:
@@ -158,6 +175,7 @@ def resume_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         boot = server.ready_seconds
     finally:
         server.stop()
+    plain = _plain_sessions_mib(workdir, sessions)
     return {
         "paused": paused,
         "rounds": rounds,
@@ -166,6 +184,7 @@ def resume_cost(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         "rss_after_paused_mib": round(after_paused, 1),
         "rss_per_1000_paused_mib_by_round": growth,
         "rss_per_1000_sessions_mib": round((after_sessions - after_paused) * 1000 / sessions, 2),
+        "plain_rss_per_1000_sessions_mib": plain,
         "restart_boot_seconds": round(boot, 3),
         "resume": resumed,
     }
