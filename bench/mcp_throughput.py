@@ -149,6 +149,14 @@ def drive(side: Side, clients: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def side_by_side(clients: int, seconds: float, **sides: Side) -> dict[str, Any]:
+    """Each side driven by `clients` clients for `seconds`, one after the other."""
+    return {
+        "clients": clients,
+        **{name: drive(side, clients, seconds) for name, side in sides.items()},
+    }
+
+
 def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
     counts, seconds = ((1, 2), 1.0) if smoke else ((1, 8, 32), 8.0)
     published_clients, traced_clients = (4, 2) if smoke else (50, 8)
@@ -171,12 +179,9 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
             )
         fastmcp = start_fastmcp(workdir)
         started.callback(fastmcp.server.stop)
-        published = {
-            "clients": published_clients,
-            "lockgate": drive(lockgate, published_clients, seconds),
-            "fastmcp": drive(fastmcp, published_clients, seconds),
-            "plain": drive(plain, published_clients, seconds),
-        }
+        published = side_by_side(
+            published_clients, seconds, lockgate=lockgate, fastmcp=fastmcp, plain=plain
+        )
         one = start_lockgate(workdir, "one-worker", LOCKGATE_WORKERS="1")
         started.callback(one.server.stop)
         sink = serve_in_thread(_drop_spans, "otlp-sink")
@@ -187,12 +192,9 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{next(sink)}",
         )
         started.callback(traced.server.stop)
-        variants = {
-            "clients": traced_clients,
-            "default": drive(lockgate, traced_clients, seconds),
-            "one_worker": drive(one, traced_clients, seconds),
-            "traces_on": drive(traced, traced_clients, seconds),
-        }
+        variants = side_by_side(
+            traced_clients, seconds, default=lockgate, one_worker=one, traces_on=traced
+        )
         return {
             "seconds": seconds,
             "workers": _workers(lockgate),

@@ -95,21 +95,19 @@ def instances(deployment: Deployment) -> dict[str, list[str]]:
     return found
 
 
+def wait_for_incarnations(deployment: Deployment, *statuses: str) -> None:
+    """Wait until both slots' incarnations have these statuses, oldest first (each worker
+    declares its slot's last incarnation dead in its own boot recovery, which /readyz, as
+    answered by the other worker, does not wait for)."""
+    expected = {"a#0": list(statuses), "a#1": list(statuses)}
+    wait_until(lambda: instances(deployment) == expected, f"both slots' incarnations {statuses}")
+
+
 def kill_worker(server: LockgateServer, pid: int) -> None:
     """SIGKILL one worker and wait until its replacement serves (two workers again)."""
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: pid not in workers_of(server), "the killed worker is reaped")
     wait_until(lambda: len(workers_of(server)) == 2, "a replacement is started")
-
-
-def ready_instances(server: LockgateServer, tries: int = 200) -> set[str]:
-    """The instance ids /readyz names, each asked on a connection of its own."""
-    seen = set()
-    for _ in range(tries):
-        answer = httpx2.get(f"{server.base_url}/readyz", timeout=10)
-        if answer.status_code == 200:
-            seen.add(answer.json()["instance"])
-    return seen
 
 
 def test_a_session_outlives_every_worker_that_served_it(deployment: Deployment) -> None:
@@ -143,14 +141,7 @@ def test_a_session_outlives_every_worker_that_served_it(deployment: Deployment) 
     assert not set(first) & set(workers_of(server))
     # Each replacement took its slot's name and declared its predecessor dead in its boot
     # recovery, at once (their leases had an hour to go).
-    wait_until(
-        lambda: instances(deployment)
-        == {
-            "a#0": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-            "a#1": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-        },
-        "both replacements recovered their predecessors",
-    )
+    wait_for_incarnations(deployment, InstanceStatus.DEAD, InstanceStatus.LIVE)
 
 
 def transitions_metric(text: str, machine: str, event: str) -> float:
@@ -178,14 +169,7 @@ def test_metrics_count_every_worker_whichever_answers(deployment: Deployment) ->
     # executions the dead workers ran too.
     for pid in workers_of(server):
         kill_worker(server, pid)
-    wait_until(
-        lambda: instances(deployment)
-        == {
-            "a#0": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-            "a#1": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-        },
-        "both replacements declared their predecessors dead",
-    )
+    wait_for_incarnations(deployment, InstanceStatus.DEAD, InstanceStatus.LIVE)
     for _ in range(20):  # each scrape on a connection of its own: both workers answer some
         text = httpx2.get(f"{server.base_url}/metrics", timeout=10).text
         assert transitions_metric(text, "instance", "declare_dead") == 2, text
@@ -213,16 +197,7 @@ def test_a_killed_server_leaves_no_worker_behind(deployment: Deployment) -> None
     # The port is free again: a restart binds it and recovers both workers' incarnations.
     restarted = deployment.start_at(server.port)
     assert len(workers_of(restarted)) == 2
-    # Each worker declares its slot's last incarnation dead in its boot recovery; /readyz
-    # answers for whichever worker took the connection, so the other may still be at it.
-    wait_until(
-        lambda: instances(deployment)
-        == {
-            "a#0": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-            "a#1": [InstanceStatus.DEAD, InstanceStatus.LIVE],
-        },
-        "both workers recovered their slot's last incarnation",
-    )
+    wait_for_incarnations(deployment, InstanceStatus.DEAD, InstanceStatus.LIVE)
 
 
 def test_a_configuration_no_worker_can_start_with_is_refused(
