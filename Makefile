@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-unit test-server test-processes test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short docs
+.PHONY: venv run test test-unit test-server test-processes test-deps diagrams lint typecheck check system-deps clean mutation mutation-gate namespace bench bench-smoke soak soak-short docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ system-deps:
 	  else \
 	    echo "Graphviz is needed for the SVG diagrams: install it (it provides 'dot')." >&2; exit 2; \
 	  fi; }
+
+# The virtualenv alone (every target below makes it when it is missing or stale).
+venv: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/lockgate serve

@@ -1,14 +1,13 @@
-"""The fault-injection simulator: it passes on the real engine and catches planted bugs."""
+"""The fault-injection simulator in process: it passes on the real engine and catches planted
+bugs. (Its real-process runs: `test_simulation_real_process.py`, and on a PostgreSQL server
+`test_simulation_real_postgres.py`; three files, so the process layer's workers share them.)"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from typer.testing import CliRunner
 
 import lockgate.machine.bindings as bindings
 from lockgate.machine.db.schema import Execution
@@ -16,15 +15,10 @@ from lockgate.machine.engine import record_of
 from lockgate.machine.recovery import Recovery
 from lockgate.machine.secrets import Redactor
 from lockgate.machine.write_path import Step, WritePath
-from lockgate.server import cli
-from lockgate.simulation.real_process import run_in_process
 from lockgate.simulation.report import coverage_matrix, describe_violation
 from lockgate.simulation.scenarios import CATALOG, by_name
 from lockgate.simulation.sweep import run_plan, sweep
 from lockgate.spec import CrashPoint, ExecutionStatus
-from tests.support.postgres import PostgresServer
-
-runner = CliRunner()
 
 
 def test_a_scenario_is_swept_at_every_point_it_reaches_without_violation() -> None:
@@ -112,155 +106,6 @@ def test_every_catalog_scenario_runs_clean_without_faults() -> None:
     assert report.violations == [], [describe_violation(r, None) for r in report.violations]
 
 
-@pytest.mark.slow
-def test_a_real_server_process_killed_at_a_point_recovers() -> None:
-    """The server itself reports where it fired (its evidence file), and the run checks the
-    death was SIGKILL's; nothing the harness writes about itself is asserted."""
-    point = CrashPoint.parse("tool_call:dispatch:approved->dispatched:after_effect")
-    result = run_in_process(by_name("approval_accepted"), point)
-    assert result.fired == [point]
-    assert point in result.reached
-    assert result.violations == []
-
-
-@pytest.mark.slow
-def test_a_real_process_run_whose_armed_point_never_fires_fails() -> None:
-    """`plain` never destroys a session within a run: arming that point must not pass as a
-    crash-tested run."""
-    point = CrashPoint.parse("session:destroy:idle->expired:after_commit")
-    result = run_in_process(by_name("plain"), point)
-    assert result.fired == []
-    assert [v.invariant for v in result.violations] == ["the armed point fires"]
-
-
-@pytest.mark.slow
-def test_every_scenario_with_a_client_door_has_a_real_process_drive() -> None:
-    from lockgate.simulation.remote import IN_PROCESS_ONLY, NO_CLIENT_DOOR, remote_drive
-
-    for scenario in CATALOG:
-        if scenario.name in NO_CLIENT_DOOR or scenario.name in IN_PROCESS_ONLY:
-            continue
-        assert callable(remote_drive(scenario)), scenario.name
-    assert set(NO_CLIENT_DOOR) == {
-        "execution_cancelled",
-        "left_by_an_earlier_version",
-        "left_by_an_earlier_version_conservative",
-    }
-
-
-@pytest.mark.slow
-def test_the_real_process_drive_of_a_session_runs_clean() -> None:
-    result = run_in_process(by_name("session_requests"), None)
-    assert result.violations == [], result.trace
-    assert result.reached  # the server's own evidence of the points it passed
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_a_stalled_server_s_work_is_recovered_by_another_on_postgresql(
-    postgres_server: PostgresServer, postgres_template: str
-) -> None:
-    """Several instances need a database server (on SQLite a stalled process's transaction
-    would lock the others out of the file): a stops itself mid-run, b takes its work over."""
-    url = postgres_server.url(postgres_server.create_database(template=postgres_template))
-    result = run_in_process(by_name("stalled_before_dispatch"), None, url)
-    assert result.violations == [], result.trace
-    stop = CrashPoint.parse("tool_call:dispatch:approved->dispatched:before_commit")
-    assert stop in result.reached
-
-
-def test_several_instance_scenarios_run_for_real_only_on_a_database_server() -> None:
-    from lockgate.simulation.real_process_plan import plan_runs
-    from lockgate.simulation.remote import SEVERAL_INSTANCES
-
-    planned = plan_runs([by_name(n) for n in sorted(SEVERAL_INSTANCES)], 3, seed=1)
-    assert planned.runs == [] and planned.scenarios == 0
-
-
-@pytest.mark.slow
-def test_a_real_server_killed_during_its_boot_is_started_again() -> None:
-    point = CrashPoint.parse("instance:heartbeat:live->live:before_commit")
-    result = run_in_process(by_name("plain"), point)
-    assert result.fired == [point]  # the first boot died at its first heartbeat
-    assert result.violations == []  # and the death was SIGKILL's: the run checks its status
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("moment", ["before_commit", "after_commit"])
-def test_a_real_server_that_dies_at_its_armed_point_while_draining_counts_as_that_crash(
-    moment: str,
-) -> None:
-    """The run's own SIGTERM at the end is where a drain point fires: the SIGKILL there is
-    the armed crash, restarted as a supervisor would, not an unexplained death."""
-    point = CrashPoint.parse(f"instance:drain:live->draining:{moment}")
-    result = run_in_process(by_name("approval_accepted"), point)
-    assert result.fired == [point]
-    assert result.violations == [], result.trace
-
-
-@pytest.mark.slow
-def test_a_graceful_restart_that_dies_at_its_drain_point_is_restarted() -> None:
-    point = CrashPoint.parse("instance:drain:live->draining:after_commit")
-    result = run_in_process(by_name("graceful_shutdown"), point)
-    assert result.fired == [point]
-    assert result.violations == [], result.trace
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_the_cli_runs_several_instance_scenarios_for_real_on_a_postgresql_server(
-    postgres_server: PostgresServer, tmp_path: Path
-) -> None:
-    """`--postgres` gives each real-process run a fresh database on that server (and drops
-    it afterwards): a several-instance scenario then runs for real, not only in process."""
-    report = tmp_path / "report.json"
-    result = CliRunner().invoke(
-        cli.app,
-        [
-            "simulate",
-            "--real-process",
-            "--postgres",
-            postgres_server.admin_url,
-            "--scenario",
-            "lease_takeover",
-            "--crash-at",
-            "instance:declare_dead:live->dead:after_commit",
-            "--sample-size",
-            "1",
-            "--jobs",
-            "1",
-            "--report",
-            str(report),
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    assert "real-process runs over 1 scenarios" in result.output
-    with psycopg.connect(postgres_server.admin_url) as conn:
-        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lockgate_sim%'")
-        assert left.fetchall() == []  # every run's database was dropped
-    assert json.loads(report.read_text())["violations"] == []
-
-
-def test_the_cli_refuses_a_postgres_url_it_cannot_use() -> None:
-    result = CliRunner().invoke(
-        cli.app,
-        ["simulate", "--real-process", "--postgres", "sqlite:///x", "--scenario", "plain"],
-    )
-    assert result.exit_code == 2
-    assert "not a PostgreSQL URL" in result.output
-
-
-@pytest.mark.slow
-def test_a_real_server_that_dies_handing_its_running_code_back_is_recovered() -> None:
-    """SIGTERM while code runs: the drain stops the code and hands the execution back; a
-    SIGKILL at the hand-back's commit is that crash (restarted as a supervisor would), and
-    the execution is still run to its result, once."""
-    point = CrashPoint.parse("execution:hand_back:running->pending:before_commit")
-    result = run_in_process(by_name("drain_while_running"), point)
-    assert result.fired == [point]
-    assert result.violations == [], result.trace
-
-
 def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -272,20 +117,6 @@ def test_the_canary_invariant_catches_an_engine_that_stops_scrubbing(
     found = [v for run in report.violations for v in run.violations]
     assert any(v.invariant == "the canary secret appears nowhere" for v in found), found
     assert any("in table" in v.detail for v in found), found
-
-
-def test_the_points_left_to_the_in_process_sweep_are_real_crash_points() -> None:
-    """`TIMED` and `TIMED_IN_SCENARIO` name points (and scenarios) by text: a renamed
-    transition or scenario would silently stop matching."""
-    from lockgate.simulation.real_process_plan import TIMED, TIMED_IN_SCENARIO
-    from lockgate.spec import MACHINES
-    from lockgate.spec.crash_points import crash_points
-
-    every = {p for spec in MACHINES.values() for p in crash_points(spec)}
-    assert TIMED and every >= TIMED
-    for name, points in TIMED_IN_SCENARIO.items():
-        assert by_name(name).name == name
-        assert points and every >= points
 
 
 def test_a_scenario_over_http_makes_its_calls_through_the_openapi_source(tmp_path: Path) -> None:
