@@ -12,7 +12,8 @@ HTTP (2025 sessions, one session per client, each client calling in a loop):
 - the published peer at 50 clients: a plain FastMCP server with the same trivial tool
   (`bench/fastmcp_server.py`).
 
-At 8 clients, Lockgate also runs with one worker (what the workers bring), and with traces on
+At 8 clients, Lockgate also runs with one worker (what the workers bring), with one worker on
+the standard library's event loop and h11 (what uvloop and httptools bring), and with traces on
 (OTLP/HTTP to a sink on loopback that accepts and drops every export): traces off must cost
 nothing against that, and on, what they cost.
 
@@ -149,11 +150,21 @@ def drive(side: Side, clients: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def side_by_side(clients: int, seconds: float, **sides: Side) -> dict[str, Any]:
-    """Each side driven by `clients` clients for `seconds`, one after the other."""
+def side_by_side(clients: int, seconds: float, rounds: int = 1, **sides: Side) -> dict[str, Any]:
+    """Each side driven by `clients` clients for `seconds`, one after the other, `rounds`
+    times, in reverse order every other round; each side's round with the median calls/s."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for round_ in range(rounds):
+        order = list(sides.items())
+        for name, side in order if round_ % 2 == 0 else reversed(order):
+            runs[name].append(drive(side, clients, seconds))
     return {
         "clients": clients,
-        **{name: drive(side, clients, seconds) for name, side in sides.items()},
+        "rounds": rounds,
+        **{
+            name: sorted(found, key=lambda run: run["calls_per_second"])[len(found) // 2]
+            for name, found in runs.items()
+        },
     }
 
 
@@ -184,6 +195,12 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         )
         one = start_lockgate(workdir, "one-worker", LOCKGATE_WORKERS="1")
         started.callback(one.server.stop)
+        # What uvloop and httptools bring, on one process (two would share the cores with
+        # the clients, which blurs it).
+        stdlib = start_lockgate(
+            workdir, "one-worker-asyncio", LOCKGATE_WORKERS="1", LOCKGATE_EVENT_LOOP="asyncio"
+        )
+        started.callback(stdlib.server.stop)
         sink = serve_in_thread(_drop_spans, "otlp-sink")
         started.callback(sink.close)
         traced = start_lockgate(
@@ -193,7 +210,15 @@ def mcp_throughput(workdir: Path, *, smoke: bool) -> dict[str, Any]:
         )
         started.callback(traced.server.stop)
         variants = side_by_side(
-            traced_clients, seconds, default=lockgate, one_worker=one, traces_on=traced
+            traced_clients,
+            seconds,
+            # The variants differ by a tenth or less: single windows would not tell them
+            # apart from the machine's noise.
+            1 if smoke else 3,
+            default=lockgate,
+            one_worker=one,
+            one_worker_asyncio=stdlib,
+            traces_on=traced,
         )
         return {
             "seconds": seconds,

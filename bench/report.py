@@ -162,17 +162,29 @@ def _published_table(published: dict[str, Any] | None, workers: int | None) -> l
 
 
 def _variants_table(variants: dict[str, Any] | None) -> list[str]:
-    """What the workers bring, and what traces cost on and off, at one client count."""
+    """What the workers bring, what uvloop and httptools bring, and what traces cost on and
+    off, at one client count."""
     if variants is None:
         return []
     base = variants["default"]["calls_per_second"]
     rows = [
         ("default (workers, traces off)", variants["default"]),
         ("one worker", variants["one_worker"]),
+        # Results from before the event loop was a setting have no such row.
+        *(
+            [("one worker, asyncio and h11 (LOCKGATE_EVENT_LOOP=asyncio)", variants[key])]
+            if (key := "one_worker_asyncio") in variants
+            else []
+        ),
         ("traces on (OTLP/HTTP to a loopback sink)", variants["traces_on"]),
     ]
     return [
-        f"Lockgate at {variants['clients']} clients, three ways, one after the other:",
+        f"Lockgate at {variants['clients']} clients, {len(rows)} ways, one after the other"
+        + (
+            f", {rounds} rounds alternating (each way's median round):"
+            if (rounds := variants.get("rounds", 1)) > 1
+            else ":"
+        ),
         "",
         "| Lockgate | calls/s (p50 / p99) | / default |",
         "|---|---|---|",
@@ -386,7 +398,12 @@ WHY = {
     "bytes, the key). The rest is CPU under the GIL: a worker is GIL-bound under load (the "
     "'workers' profile: 26% async plumbing, 34% SQLAlchemy, 12% Lockgate's own code). The "
     "worker processes add 1.1x here: the machine has 2 cores, and the clients driving the "
-    "load take their share of them. Next: one read of the session per request, the "
+    "load take their share of them. The event loop and HTTP parser are uvloop and httptools "
+    "by default: against the standard library's loop and h11 on one process, 4% more calls "
+    "in this run (the variants above) and 11% in an A/B of 6 rounds alternating (2026-12-07). "
+    "A faster JSON codec would not show: a request's body (141 bytes) is parsed in 5 us "
+    "(orjson: 1 us), twice (the session gate reads the method and id, the SDK validates "
+    "the message), of 21 ms. Next: one read of the session per request, the "
     "bookkeeping's commits merged with the execution's, and `synchronous` set once per "
     "group commit instead of per transaction.",
     "boot": "importing the server takes about 0.85 s of it (`python -X importtime`: the MCP "

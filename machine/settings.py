@@ -179,6 +179,13 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings, StorageSetti
         "session). 0: one per CPU core this process may use. An in-memory SQLite database "
         "always runs one.",
     )
+    event_loop: Literal["auto", "asyncio"] = Field(
+        default="auto",
+        description="The event loop and HTTP parser `lockgate serve` runs on. auto: uvloop and "
+        "httptools (dependencies; bench case 3 measures what they bring); "
+        "asyncio: the standard library's loop and the pure-Python h11, for a platform "
+        "without uvloop or to rule it out.",
+    )
     public_url: str = Field(
         default="",
         description="The URL clients and approvers reach this server at (approval and "
@@ -421,4 +428,3 @@ class Settings(ApproverSettings, WebhookSettings, OutboundSettings, StorageSetti
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
-

@@ -241,11 +241,12 @@ def db_upgrade() -> None:
 
     from lockgate.machine.db.migrate import MigrationFailed, upgrade_database
     from lockgate.machine.settings import Settings
+    from lockgate.machine.settings_reference import invalid_configuration
 
     try:
         settings = Settings()
     except ValidationError as exc:
-        raise _fail(f"invalid configuration: {exc.errors()[0]['msg']}", 2) from None
+        raise _fail(invalid_configuration(exc), 2) from None
     try:
         revision = upgrade_database(settings.database_url)
     except MigrationFailed as exc:

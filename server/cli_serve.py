@@ -41,6 +41,7 @@ def run_server(
 
     from lockgate.machine.db.migrate import DatabaseNotMigrated
     from lockgate.machine.settings import Settings
+    from lockgate.machine.settings_reference import invalid_configuration
     from lockgate.server.operations import configure_logging
     from lockgate.server.signing_keys import SigningKeyFileInvalid, SigningKeysMissing, signing_keys
     from lockgate.server.workers import worker_count
@@ -53,7 +54,7 @@ def run_server(
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        raise _fail(f"invalid configuration: {exc.errors()[0]['msg']}", 2) from None
+        raise _fail(invalid_configuration(exc), 2) from None
     try:
         keys = _keys_for(settings)
     except DatabaseNotMigrated as exc:
@@ -191,6 +192,10 @@ def _serve(application: Any, settings: Any, sockets: list[Any] | None = None) ->
         application,
         host=settings.host,
         port=settings.port,
+        # uvicorn's "auto" takes uvloop and httptools where they import (they are
+        # dependencies: uvloop is not built for Windows, where this falls back to asyncio).
+        loop="auto" if settings.event_loop == "auto" else "asyncio",
+        http="auto" if settings.event_loop == "auto" else "h11",
         log_config=None,
         # Open connections get the drain's bound (uvicorn counts whole seconds), then the
         # app's shutdown spends what is left of it (Runtime.close).

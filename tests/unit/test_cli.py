@@ -141,3 +141,23 @@ def test_settings_come_from_the_environment_and_an_optional_file(
     empty.mkdir()
     monkeypatch.chdir(empty)
     assert Settings().approval_ttl.total_seconds() == 86400  # no file is fine
+
+
+def test_an_invalid_configuration_names_each_variable_and_no_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    from lockgate.machine.settings import Settings
+    from lockgate.machine.settings_reference import invalid_configuration
+
+    monkeypatch.setenv("LOCKGATE_PORT", "not-a-port-s3cr3t")
+    monkeypatch.setenv("LOCKGATE_EVENT_LOOP", "trio")
+    monkeypatch.setenv("DATABASE_URL", "mysql://admin:hunter2@db/x")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    told = invalid_configuration(caught.value)
+    for variable in ("LOCKGATE_PORT", "LOCKGATE_EVENT_LOOP", "DATABASE_URL"):
+        assert variable in told, told
+    assert "s3cr3t" not in told and "hunter2" not in told, told
+    assert "lockgate settings" in told
