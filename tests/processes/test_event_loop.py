@@ -4,7 +4,6 @@ value it does not know is refused before anything serves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,52 +13,21 @@ from tests.support.servers import (
     Deployment,
     LockgateServer,
     create_key_directly,
-    make_deployment,
     mcp_client,
-    new_database_url,
+    pause,
     run,
     structured,
     unique_key,
-    write_code,
     writes_of,
 )
 
 pytest_plugins = ["tests.support.servers"]
 
 
-@pytest.fixture(name="deployment")
-def deployment_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
-    deployment = make_deployment(new_database_url(request, "sqlite", tmp_path), tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.stop_all()
-
-
 def loaded(server: LockgateServer) -> set[str]:
     """Which of the fast loop's and parser's native libraries the server process mapped."""
     maps = Path(f"/proc/{server.pid}/maps").read_text()
     return {name for name in ("uvloop", "httptools") if f"/{name}/" in maps}
-
-
-def approved_write(server: LockgateServer, deployment: Deployment) -> None:
-    """A write paused for approval, then accepted: served to its result, written once."""
-    key = create_key_directly(deployment.database_url, "alice")
-    note = unique_key()
-
-    async def scenario() -> dict[str, object]:
-        async with mcp_client(server.url, key, "legacy") as client:
-            paused = structured(await client.call_tool("execute", {"code": write_code(note)}))
-            assert paused["status"] == E.WAITING_FOR_INTERACTION, paused
-            return structured(
-                await client.call_tool(
-                    "resume", {"executionId": paused["executionId"], "action": "accept"}
-                )
-            )
-
-    done = run(scenario())
-    assert done["status"] == E.COMPLETED, done
-    assert len(writes_of(deployment, note)) == 1
 
 
 @pytest.mark.parametrize(
@@ -70,7 +38,18 @@ def test_the_server_runs_on_the_event_loop_it_is_set_to(
     deployment: Deployment, setting: str | None, expected: set[str]
 ) -> None:
     server = deployment.start(**({} if setting is None else {"LOCKGATE_EVENT_LOOP": setting}))
-    approved_write(server, deployment)
+    key = create_key_directly(deployment.database_url, "alice")
+    note = unique_key()
+
+    async def approved_write() -> dict[str, object]:
+        async with mcp_client(server.url, key, "legacy") as client:
+            paused = await pause(client, note)
+            arguments = {"executionId": paused["executionId"], "action": "accept"}
+            return structured(await client.call_tool("resume", arguments))
+
+    done = run(approved_write())
+    assert done["status"] == E.COMPLETED, done
+    assert len(writes_of(deployment, note)) == 1
     assert loaded(server) == expected
 
 
