@@ -56,14 +56,11 @@ diagrams: $(STAMP) system-deps
 # The server and process layers run one file each at a time per worker (a file's tests
 # share the servers it starts). The unit and server layers compute: two workers. The
 # process layer mostly waits (a lease to lapse, a server down for 30 s, a restart, a
-# browser): four. The slowest tests of each layer are named, for the CI budget. The process
-# layer runs first: it leaves about half of both cores idle, and `.ci/run` runs the checks
-# that only compute (the mutation gate, ruff, the docs, mypy) beside `make test`, so they
-# fill that half instead of slowing the layers that compute.
+# browser): four. The slowest tests of each layer are named, for the CI budget.
 test: $(STAMP) test-deps
-	$(call test_layer,processes,-n 4 --dist loadfile)
 	$(call test_layer,unit,-n 2 --dist load)
 	$(call test_layer,server,-n 2 --dist loadfile)
+	$(call test_layer,processes,-n 4 --dist loadfile)
 
 test-unit: $(STAMP)
 	$(call test_layer,unit,-n 2 --dist load)

@@ -1,4 +1,4 @@
-"""After a 200 to DELETE, no request on that session id is ever served again: a thousand
+"""After a 200 to DELETE, no request on that session id is ever served again: four hundred
 sessions opened, used and closed over real HTTP against a `lockgate serve` process, and two
 hundred more by the official TypeScript SDK client's `terminateSession()`.
 
@@ -35,11 +35,12 @@ PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 
 def test_closed_sessions_stay_closed(deployment: Deployment) -> None:
-    # A thousand on the embedded default; two hundred on PostgreSQL, whose close is the same
-    # write path (the row's version decides) and which costs as much again per iteration.
-    iterations = 200 if deployment.database_url.startswith("postgresql") else 1000
+    # Four hundred on the embedded default (the race this loop found lost 3 closes in 200:
+    # about 6 expected here); two hundred on PostgreSQL, whose close is the same write path
+    # (the row's version decides) and which costs as much again per iteration.
+    iterations = 200 if deployment.database_url.startswith("postgresql") else 400
     key = create_key_directly(deployment.database_url, "alice")
-    # Five thousand requests in well under a minute: above the default per-principal rate.
+    # 1,600 requests in well under a minute: above the default per-principal rate.
     server = deployment.start(name="closing", LOCKGATE_MAX_REQUESTS_PER_MINUTE="100000")
 
     async def scenario() -> tuple[list[str], list[tuple[int, int]]]:
