@@ -119,8 +119,8 @@ soak: $(STAMP)
 	$(BIN)/python -m bench.soak --instances 3 --clients 16 --seconds 600 --kill-every 5 --record fleet
 
 soak-short: $(STAMP)
-	$(BIN)/python -m bench.soak --instances 1 --clients 6 --seconds 25 --kill-every 4
-	$(BIN)/python -m bench.soak --instances 3 --clients 6 --seconds 25 --kill-every 4
+	$(BIN)/python -m bench.soak --instances 1 --clients 6 --seconds 20 --kill-every 4
+	$(BIN)/python -m bench.soak --instances 3 --clients 6 --seconds 20 --kill-every 4
 
 # The documentation site (mkdocs.yml, docs/): regenerates docs/cli.md from the CLI with
 # typer's own generator, then builds the site strictly (any warning fails) into .venv/site.
