@@ -14,7 +14,13 @@ from typing import Annotated
 import typer
 
 from lockgate.machine.bindings import binding_names
-from lockgate.server.cli_admin import audit_app, keys_app, policy_app, secrets_app
+from lockgate.server.cli_admin import (
+    audit_app,
+    configured_settings,
+    keys_app,
+    policy_app,
+    secrets_app,
+)
 from lockgate.server.cli_admin import fail as _fail
 from lockgate.server.cli_approvers import approvers_app
 from lockgate.server.cli_sources import sources_app
@@ -237,16 +243,9 @@ def db_upgrade() -> None:
 
     The embedded SQLite default is migrated automatically on start; PostgreSQL is migrated
     only by this command, so an operator decides when a shared schema changes."""
-    from pydantic import ValidationError
 
     from lockgate.machine.db.migrate import MigrationFailed, upgrade_database
-    from lockgate.machine.settings import Settings
-    from lockgate.machine.settings_reference import invalid_configuration
-
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        raise _fail(invalid_configuration(exc), 2) from None
+    settings = configured_settings()
     try:
         revision = upgrade_database(settings.database_url)
     except MigrationFailed as exc:

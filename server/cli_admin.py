@@ -16,6 +16,21 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def configured_settings(**overrides: Any) -> Any:
+    """The settings from the environment (and `overrides`), for every command: a configuration
+    that does not validate exits 2, each variable at fault named (never its value), instead of
+    a validation traceback."""
+    from pydantic import ValidationError
+
+    from lockgate.machine.settings import Settings
+    from lockgate.machine.settings_reference import invalid_configuration
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise fail(invalid_configuration(exc), 2) from None
+
+
 def _failed(exc: Any, code: int) -> typer.Exit:
     """A LockgateError in one line: what happened, then what to do."""
     return fail(exc.message + (f" {exc.hint}" if exc.hint else ""), code)
@@ -27,10 +42,9 @@ keys_app = typer.Typer(help="Manage API keys (one principal per name).", no_args
 def _keys() -> Any:
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
-    from lockgate.machine.settings import Settings
     from lockgate.server.keys import ApiKeys
 
-    return ApiKeys(SqlStore(prepare_database(Settings())))
+    return ApiKeys(SqlStore(prepare_database(configured_settings())))
 
 
 @keys_app.command("create")
@@ -80,10 +94,9 @@ def _policy_rules() -> Any:
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
     from lockgate.machine.policy import Policy
-    from lockgate.machine.settings import Settings
     from lockgate.server.policy_rules import PolicyRules
 
-    settings = Settings()
+    settings = configured_settings()
     return PolicyRules(SqlStore(prepare_database(settings)), Policy.from_text(settings.policy))
 
 
@@ -175,9 +188,8 @@ def _secret_store() -> Any:
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
     from lockgate.machine.secret_store import SecretCipher, StoredSecrets
-    from lockgate.machine.settings import Settings
 
-    settings = Settings()
+    settings = configured_settings()
     return StoredSecrets(
         SqlStore(prepare_database(settings)).secrets, SecretCipher.from_settings(settings)
     )
@@ -278,7 +290,6 @@ def audit_export(
     from lockgate.machine.approval_audit import exported
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
-    from lockgate.machine.settings import Settings
 
     start: datetime | None = None
     if since is not None:
@@ -287,7 +298,7 @@ def audit_export(
         except ValueError:
             raise fail(f"--since takes an ISO 8601 time (got {since!r})", 2) from None
         start = start if start.tzinfo else start.replace(tzinfo=UTC)
-    store = SqlStore(prepare_database(Settings()))
+    store = SqlStore(prepare_database(configured_settings()))
     try:
         for call, owner in store.audit_export.decided(principal_id=principal, since=start):
             line = exported(

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lockgate.server.cli_admin import _failed, fail
+from lockgate.server.cli_admin import _failed, configured_settings, fail
 
 approvers_app = typer.Typer(
     help="Manage the people who approve gated calls (approvers), and their sign-ins.",
@@ -24,10 +24,9 @@ def _people() -> Any:
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
     from lockgate.machine.people import People
-    from lockgate.machine.settings import Settings
     from lockgate.machine.write_path import WritePath
 
-    settings = Settings()
+    settings = configured_settings()
     store = SqlStore(prepare_database(settings))
     return People(
         store=store, write=WritePath(store), settings=settings, clock=lambda: datetime.now(UTC)

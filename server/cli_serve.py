@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
+from lockgate.server.cli_admin import configured_settings
 from lockgate.server.cli_admin import fail as _fail
 from lockgate.server.cli_approvers import enrolment_text
 
@@ -37,11 +38,7 @@ def run_server(
     (`server/workers.py`)."""
     import sys
 
-    from pydantic import ValidationError
-
     from lockgate.machine.db.migrate import DatabaseNotMigrated
-    from lockgate.machine.settings import Settings
-    from lockgate.machine.settings_reference import invalid_configuration
     from lockgate.server.operations import configure_logging
     from lockgate.server.signing_keys import SigningKeyFileInvalid, SigningKeysMissing, signing_keys
     from lockgate.server.workers import worker_count
@@ -51,10 +48,7 @@ def run_server(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as exc:
-        raise _fail(invalid_configuration(exc), 2) from None
+    settings = configured_settings(**overrides)
     try:
         keys = _keys_for(settings)
     except DatabaseNotMigrated as exc:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lockgate.server.cli_admin import fail
+from lockgate.server.cli_admin import configured_settings, fail
 
 sources_app = typer.Typer(
     help="Manage tool sources stored in the database (global or per principal).",
@@ -29,10 +29,9 @@ def opened_catalog() -> Iterator[Any]:
     from lockgate.machine.db.store import SqlStore
     from lockgate.machine.runtime import configured_sources, source_catalog
     from lockgate.machine.secret_store import SecretCipher, StoredSecrets
-    from lockgate.machine.settings import Settings
     from lockgate.machine.tools.admin_source import AdminSource
 
-    settings = Settings()
+    settings = configured_settings()
     store = SqlStore(prepare_database(settings))
     try:
         secrets = StoredSecrets(store.secrets, SecretCipher.from_settings(settings))

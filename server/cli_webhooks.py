@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from lockgate.server.cli_admin import configured_settings
 from lockgate.spec import WebhookDeliveryStatus
 
 webhook_app = typer.Typer(
@@ -34,9 +35,8 @@ def webhook_list(
     attempt's time and the last error (an abandoned event keeps why)."""
     from lockgate.machine.db.migrate import prepare_database
     from lockgate.machine.db.store import SqlStore
-    from lockgate.machine.settings import Settings
 
-    store = SqlStore(prepare_database(Settings()))
+    store = SqlStore(prepare_database(configured_settings()))
     try:
         for row in store.webhooks.recent(limit, None if status is None else status.value):
             line = {

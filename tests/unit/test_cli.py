@@ -161,3 +161,18 @@ def test_an_invalid_configuration_names_each_variable_and_no_value(
         assert variable in told, told
     assert "s3cr3t" not in told and "hunter2" not in told, told
     assert "lockgate settings" in told
+
+
+@pytest.mark.parametrize("command", [["keys", "list"], ["db", "upgrade"], ["sources", "list"]])
+def test_every_command_refuses_an_invalid_configuration_in_words(
+    monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from lockgate.server import cli
+
+    monkeypatch.setenv("LOCKGATE_EVENT_LOOP", "trio")
+    result = CliRunner().invoke(cli.app, command)
+    assert result.exit_code == 2, result.output
+    assert "invalid configuration: LOCKGATE_EVENT_LOOP" in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
