@@ -17,8 +17,9 @@ from pydantic import JsonValue
 from sqlalchemy import Connection, Select, and_, bindparam, case, or_, text
 from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
+from sqlmodel.sql.expression import SelectOfScalar
 
-from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.queries import Queries, by_key
 from lockgate.machine.db.schema import Execution, ToolCall, live_executions
 from lockgate.spec import ExecutionStatus as E
 
@@ -42,6 +43,31 @@ class TaskLine(NamedTuple):
     status: str
     created_at: datetime
     updated_at: datetime
+
+
+# The reads every maintenance round and every worker poll ask, built once.
+@cache
+def _running() -> SelectOfScalar[Execution]:
+    return select(Execution).where(live_executions(), Execution.status == E.RUNNING)
+
+
+@cache
+def _pending_ids() -> SelectOfScalar[str]:
+    return (
+        select(Execution.id)
+        .where(live_executions(), Execution.status == E.PENDING)
+        .order_by(col(Execution.created_at))
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _paused_due() -> SelectOfScalar[Execution]:
+    return select(Execution).where(
+        live_executions(),
+        Execution.status == E.WAITING_FOR_INTERACTION,
+        col(Execution.deadline) <= bindparam("now"),
+    )
 
 
 @cache
@@ -111,8 +137,7 @@ class LiveUnder:
 class ExecutionQueries(Queries):
     def get(self, execution_id: str) -> Execution | None:
         """The execution by id (primary key), in any state."""
-        with self._session() as s:
-            return s.get(Execution, execution_id)
+        return self._get(Execution, execution_id)
 
     def with_calls(self, execution_id: str) -> tuple[Execution, list[CallLine]] | None:
         """The execution and a line per journaled call, read in one transaction, so a view
@@ -122,8 +147,8 @@ class ExecutionQueries(Queries):
         A line carries only what a view shows (not the call's arguments or result, which
         would be decoded for every call an execution ever made, at every view of it); the
         arguments' preview only for the call the execution is paused on."""
-        with self._session() as s:
-            row = s.get(Execution, execution_id)
+        with self._snapshot() as s:
+            row = s.exec(by_key(Execution), params={"key": execution_id}).first()
             if row is None:
                 return None
             paused_on = row.snapshot_call if row.status == E.WAITING_FOR_INTERACTION else None
@@ -157,36 +182,19 @@ class ExecutionQueries(Queries):
         """Every running execution, of any owner: recovery keeps those whose owner holds no
         lease (read through the live index, `ix_executions_live`)."""
         with self._session() as s:
-            return list(
-                s.exec(select(Execution).where(live_executions(), Execution.status == E.RUNNING))
-            )
+            return list(s.exec(_running()))
 
     def pending_ids(self, limit: int) -> list[str]:
         """The oldest pending executions (new, or requeued by recovery), for an instance to
         claim: read through the live index, so the queue costs what is queued."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Execution.id)
-                    .where(live_executions(), Execution.status == E.PENDING)
-                    .order_by(col(Execution.created_at))
-                    .limit(limit)
-                )
-            )
+            return list(s.exec(_pending_ids(), params={"limit": limit}))
 
     def paused_due(self, now: datetime) -> list[Execution]:
         """Paused executions whose approval deadline passed by `now`: the expiry sweep's
         work (live index; the deadline is filtered among the paused rows only)."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Execution).where(
-                        live_executions(),
-                        Execution.status == E.WAITING_FOR_INTERACTION,
-                        col(Execution.deadline) <= now,
-                    )
-                )
-            )
+            return list(s.exec(_paused_due(), params={"now": now}))
 
     def live_statuses(
         self, *, session_id: str | None = None, principal_id: str | None = None

@@ -8,11 +8,20 @@ key's sha256 is stored; looking a presented key up goes by that hash (unique ind
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 
+from sqlalchemy import bindparam
 from sqlmodel import col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import ApiKey, Principal
+
+
+@cache
+def _by_hash() -> SelectOfScalar[ApiKey]:
+    """Built once: every request is identified by it."""
+    return select(ApiKey).where(ApiKey.key_hash == bindparam("key_hash"))
 
 
 class KeyQueries(Queries):
@@ -32,14 +41,13 @@ class KeyQueries(Queries):
 
     def get(self, key_id: str) -> ApiKey | None:
         """The key by id (primary key), revoked or not."""
-        with self._session() as s:
-            return s.get(ApiKey, key_id)
+        return self._get(ApiKey, key_id)
 
     def by_hash(self, key_hash: str) -> ApiKey | None:
         """The key whose sha256 is `key_hash`, revoked or not (unique index on
         `key_hash`): how a presented key is identified."""
         with self._session() as s:
-            return s.exec(select(ApiKey).where(ApiKey.key_hash == key_hash)).first()
+            return s.exec(_by_hash(), params={"key_hash": key_hash}).first()
 
     def revoke(self, key_id: str, at: datetime) -> ApiKey | None:
         """Mark the key revoked at `at`, unless it already was (its first revocation time

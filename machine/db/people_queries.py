@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import Connection, delete, func, or_
+from sqlalchemy import Connection, bindparam, delete, exists, func, or_
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import (
@@ -28,6 +30,35 @@ from lockgate.machine.db.schema import (
 )
 from lockgate.spec import ApproverSessionStatus as A
 from lockgate.spec import EnrolmentStatus as N
+
+
+# The maintenance round's reads, built once (every round asks them; a statement built anew
+# cost more than SQLite's answer).
+@cache
+def _sessions_lapsed() -> SelectOfScalar[ApproverSession]:
+    return (
+        select(ApproverSession)
+        .where(
+            ApproverSession.status == A.ACTIVE,
+            col(ApproverSession.expires_at) <= bindparam("now"),
+        )
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _enrolments_lapsed() -> SelectOfScalar[Enrolment]:
+    return (
+        select(Enrolment)
+        .where(Enrolment.status == N.ISSUED, col(Enrolment.expires_at) <= bindparam("now"))
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _any_challenge_expired() -> SelectOfScalar[bool]:
+    return select(exists().where(col(SignInChallenge.expires_at) <= bindparam("now")))
+
 
 #: The grant that covers every principal.
 EVERY_PRINCIPAL = "*"
@@ -70,8 +101,7 @@ class ApproverQueries(Queries):
 
     def approver(self, approver_id: str) -> Approver | None:
         """The approver by id (primary key): whom a session or a passkey belongs to."""
-        with self._session() as s:
-            return s.get(Approver, approver_id)
+        return self._get(Approver, approver_id)
 
     def approvers(self) -> list[Approver]:
         """Every approver, oldest first (the operator's listing)."""
@@ -150,8 +180,7 @@ class ApproverQueries(Queries):
 
     def passkey(self, credential_id: str) -> Passkey | None:
         """The passkey a sign-in presents, by its credential id (primary key)."""
-        with self._session() as s:
-            return s.get(Passkey, credential_id)
+        return self._get(Passkey, credential_id)
 
     def passkeys_of(self, approver_id: str) -> list[Passkey]:
         """The approver's passkeys (index on approver): excluded from a new registration."""
@@ -174,8 +203,7 @@ class SignInQueries(Queries):
 
     def enrolment(self, enrolment_id: str) -> Enrolment | None:
         """The enrolment a link names (primary key)."""
-        with self._session() as s:
-            return s.get(Enrolment, enrolment_id)
+        return self._get(Enrolment, enrolment_id)
 
     def issued_enrolments(self, approver_id: str) -> list[Enrolment]:
         """The approver's links still usable (revoked when a new one is issued)."""
@@ -191,18 +219,11 @@ class SignInQueries(Queries):
     def enrolments_lapsed(self, now: datetime, limit: int) -> list[Enrolment]:
         """Issued links past their expiry, for the maintenance round."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Enrolment)
-                    .where(Enrolment.status == N.ISSUED, col(Enrolment.expires_at) <= now)
-                    .limit(limit)
-                )
-            )
+            return list(s.exec(_enrolments_lapsed(), params={"now": now, "limit": limit}))
 
     def approver_session(self, session_id: str) -> ApproverSession | None:
         """The session a cookie names (primary key)."""
-        with self._session() as s:
-            return s.get(ApproverSession, session_id)
+        return self._get(ApproverSession, session_id)
 
     def active_sessions(self, approver_id: str | None = None) -> list[ApproverSession]:
         """Active sessions: the approver's, or everyone's."""
@@ -215,16 +236,7 @@ class SignInQueries(Queries):
     def sessions_lapsed(self, now: datetime, limit: int) -> list[ApproverSession]:
         """Active sessions past their expiry, for the maintenance round (index on status)."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(ApproverSession)
-                    .where(
-                        ApproverSession.status == A.ACTIVE,
-                        col(ApproverSession.expires_at) <= now,
-                    )
-                    .limit(limit)
-                )
-            )
+            return list(s.exec(_sessions_lapsed(), params={"now": now, "limit": limit}))
 
     def save_challenge(self, row: SignInChallenge) -> None:
         """Store a sign-in in progress (its state, or a WebAuthn challenge)."""
@@ -255,7 +267,11 @@ class SignInQueries(Queries):
         return row
 
     def purge_challenges(self, now: datetime) -> int:
-        """Delete the challenges that expired (sign-ins never finished)."""
+        """Delete the challenges that expired (sign-ins never finished). Read first, taking
+        no lock: the maintenance round asks every time, and mostly none has."""
+        with self._session() as s:
+            if not s.exec(_any_challenge_expired(), params={"now": now}).one():
+                return 0
         with self._writing() as s:
             result = s.connection().execute(
                 delete(SignInChallenge).where(col(SignInChallenge.expires_at) <= now)

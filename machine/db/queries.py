@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from functools import cache
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, or_
+from sqlalchemy import Engine, bindparam, or_
 from sqlalchemy.sql.elements import ColumnElement
-from sqlmodel import Session
+from sqlmodel import Session, SQLModel, select
+from sqlmodel.sql.expression import SelectOfScalar
 
-from lockgate.machine.db.connect import reader
+from lockgate.machine.db.connect import reader, snapshot_reader
+
+Row = TypeVar("Row", bound=SQLModel)
+
+
+@cache
+def by_key(model: type[Row]) -> SelectOfScalar[Row]:
+    """A row of `model` by its primary key, built once: `Session.get` builds its statement
+    anew at every call, which cost a read a third more than the read itself."""
+    (key,) = model.__table__.primary_key.columns  # type: ignore[attr-defined]
+    return select(model).where(key == bindparam("key"))
 
 
 class Queries:
@@ -24,6 +36,7 @@ class Queries:
     ) -> None:
         self.engine = engine
         self._reads = reader(engine)
+        self._snapshots = snapshot_reader(engine)
         #: Held around a write of its own (`_writing`): the store's writer lock on SQLite.
         self._writer = writer if writer is not None else nullcontext()
 
@@ -31,6 +44,16 @@ class Queries:
         """A session for reads: on SQLite it takes no lock (see `reader`). Rows stay
         readable once the session closes, as with `SqlStore.session`."""
         return Session(self._reads, expire_on_commit=False)
+
+    def _snapshot(self) -> Session:
+        """A session whose reads all see one moment (`snapshot_reader`), for a read of
+        several statements that must agree with each other."""
+        return Session(self._snapshots, expire_on_commit=False)
+
+    def _get(self, model: type[Row], key: object) -> Row | None:
+        """The row of `model` whose primary key is `key`, or None (a read of its own)."""
+        with self._session() as s:
+            return s.exec(by_key(model), params={"key": key}).first()
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:

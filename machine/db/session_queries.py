@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 from sqlmodel import col, func, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import OwedRequest, Session
@@ -24,9 +26,57 @@ from lockgate.spec import SESSION, OwedRequestStatus, SessionStatus
 LIVE_SESSION_STATUSES = tuple(sorted(SESSION.live_names))
 
 
-def _live_of(principal_id: str) -> Any:
+@cache
+def _live_of() -> Any:
     return select(func.count()).where(
-        Session.principal_id == principal_id, col(Session.status).in_(LIVE_SESSION_STATUSES)
+        Session.principal_id == bindparam("principal_id"),
+        col(Session.status).in_(LIVE_SESSION_STATUSES),
+    )
+
+
+# What every request and every maintenance round asks, built once: a statement built anew
+# cost more than SQLite's answer.
+@cache
+def _live() -> SelectOfScalar[Session]:
+    return select(Session).where(col(Session.status).in_(LIVE_SESSION_STATUSES))
+
+
+@cache
+def _active() -> SelectOfScalar[Session]:
+    return select(Session).where(Session.status == SessionStatus.ACTIVE)
+
+
+@cache
+def _owed_here() -> SelectOfScalar[int]:
+    return select(func.count()).where(
+        OwedRequest.session_id == bindparam("session_id"),
+        OwedRequest.status == OwedRequestStatus.OWED,
+        OwedRequest.incarnation == bindparam("incarnation"),
+    )
+
+
+@cache
+def _of_session() -> SelectOfScalar[OwedRequest]:
+    return select(OwedRequest).where(
+        OwedRequest.session_id == bindparam("session_id"),
+        col(OwedRequest.status).in_(bindparam("statuses", expanding=True)),
+    )
+
+
+@cache
+def _all_owed() -> SelectOfScalar[OwedRequest]:
+    return select(OwedRequest).where(OwedRequest.status == OwedRequestStatus.OWED)
+
+
+@cache
+def _lost_of_ended_sessions() -> SelectOfScalar[OwedRequest]:
+    return (
+        select(OwedRequest)
+        .join(Session, col(Session.id) == col(OwedRequest.session_id))
+        .where(
+            OwedRequest.status == OwedRequestStatus.LOST,
+            col(Session.status).not_in(LIVE_SESSION_STATUSES),
+        )
     )
 
 
@@ -47,7 +97,7 @@ class SessionsUnder:
                 text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                 {"key": f"lockgate:sessions:{self.principal_id}"},
             )
-        count = int(conn.execute(_live_of(self.principal_id)).scalar_one())
+        count = int(conn.execute(_live_of(), {"principal_id": self.principal_id}).scalar_one())
         if count >= self.limit:
             raise self.refused(count)
 
@@ -55,34 +105,30 @@ class SessionsUnder:
 class SessionQueries(Queries):
     def get(self, session_id: str) -> Session | None:
         """The session by id (primary key), in any state."""
-        with self._session() as s:
-            return s.get(Session, session_id)
+        return self._get(Session, session_id)
 
     def owed(self, owed_id: str) -> OwedRequest | None:
         """One owed-request entry by id (primary key), in any state."""
-        with self._session() as s:
-            return s.get(OwedRequest, owed_id)
+        return self._get(OwedRequest, owed_id)
 
     def live_count(self, principal_id: str) -> int:
         """How many of the principal's sessions are live, across instances: what its session
         limit is checked against (index on `sessions.principal_id`)."""
         with self._session() as s:
-            return int(s.execute(_live_of(principal_id)).scalar_one())
+            return int(s.execute(_live_of(), {"principal_id": principal_id}).scalar_one())
 
     def live(self) -> list[Session]:
         """Every live session, of every instance: what the lease sweep decides on (index on
         `sessions.status`, so ended sessions are never read)."""
         with self._session() as s:
-            return list(
-                s.exec(select(Session).where(col(Session.status).in_(LIVE_SESSION_STATUSES)))
-            )
+            return list(s.exec(_live()))
 
     def active(self) -> list[Session]:
         """Sessions marked active (a request in flight on them), on whichever incarnation:
         recovery sends those of dead ones idle. Not an `IN` over the dead incarnations:
         those are every start there ever was, past any bound on a statement's parameters."""
         with self._session() as s:
-            return list(s.exec(select(Session).where(Session.status == SessionStatus.ACTIVE)))
+            return list(s.exec(_active()))
 
     def owed_here(self, session_id: str, incarnation: int) -> int:
         """How many requests `incarnation` still owes an answer on the session (entries of
@@ -90,11 +136,7 @@ class SessionQueries(Queries):
         `owed_requests.session_id`)."""
         with self._session() as s:
             count = s.exec(
-                select(func.count()).where(
-                    OwedRequest.session_id == session_id,
-                    OwedRequest.status == OwedRequestStatus.OWED,
-                    OwedRequest.incarnation == incarnation,
-                )
+                _owed_here(), params={"session_id": session_id, "incarnation": incarnation}
             ).one()
         return int(count)
 
@@ -103,14 +145,8 @@ class SessionQueries(Queries):
         they show): its lost requests to report or abandon, what is still owed on it, or
         both in one read (index on `owed_requests.session_id`)."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(OwedRequest).where(
-                        OwedRequest.session_id == session_id,
-                        col(OwedRequest.status).in_([str(status) for status in statuses]),
-                    )
-                )
-            )
+            wanted = {"session_id": session_id, "statuses": [str(status) for status in statuses]}
+            return list(s.exec(_of_session(), params=wanted))
 
     def all_owed(self) -> list[OwedRequest]:
         """Every entry still owed, whoever owes it: the requests in flight in the whole
@@ -118,22 +154,11 @@ class SessionQueries(Queries):
         `owed_requests.status`). Not an `IN` over the dead incarnations: those are every
         start there ever was, past any bound on a statement's parameters."""
         with self._session() as s:
-            return list(
-                s.exec(select(OwedRequest).where(OwedRequest.status == OwedRequestStatus.OWED))
-            )
+            return list(s.exec(_all_owed()))
 
     def lost_of_ended_sessions(self) -> list[OwedRequest]:
         """Lost entries whose session is no longer live, so that no GET will ever collect
         their report: recovery abandons them (index on `owed_requests.status`, joined to
         the session by primary key)."""
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(OwedRequest)
-                    .join(Session, col(Session.id) == col(OwedRequest.session_id))
-                    .where(
-                        OwedRequest.status == OwedRequestStatus.LOST,
-                        col(Session.status).not_in(LIVE_SESSION_STATUSES),
-                    )
-                )
-            )
+            return list(s.exec(_lost_of_ended_sessions()))

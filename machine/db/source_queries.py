@@ -97,5 +97,4 @@ class SourceQueries(Queries):
 
     def get(self, source_id: str) -> StoredSource | None:
         """One stored source with its config (to build it), or None once removed."""
-        with self._session() as s:
-            return s.get(StoredSource, source_id)
+        return self._get(StoredSource, source_id)

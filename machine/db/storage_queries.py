@@ -33,6 +33,26 @@ _CHUNK = 500
 
 
 @cache
+def _finished_before() -> Select[Any, Any]:
+    """The oldest finished executions last moved before `:before`, `:limit` of them."""
+    return (
+        select(_EXECUTIONS.c.id, _EXECUTIONS.c.calls_made)
+        .where(finished_executions(), _EXECUTIONS.c.updated_at < bindparam("before"))
+        .order_by(_EXECUTIONS.c.updated_at)
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _any_finished_before() -> Select[Any]:
+    return (
+        select(_EXECUTIONS.c.id)
+        .where(finished_executions(), _EXECUTIONS.c.updated_at < bindparam("before"))
+        .limit(1)
+    )
+
+
+@cache
 def _grow() -> Update:
     return (
         update(_EXECUTIONS)
@@ -97,17 +117,19 @@ class StorageQueries(Queries):
         """Delete the oldest executions that finished before `before`, whole: their calls,
         their transitions and their settled webhook events, in one transaction. Whole
         executions are taken, oldest first, until their calls reach `max_calls` (the first
-        one is always taken), so the round's work is bounded. Returns (executions, calls)."""
-        due = (
-            select(_EXECUTIONS.c.id, _EXECUTIONS.c.calls_made)
-            .where(finished_executions(), _EXECUTIONS.c.updated_at < before)
-            .order_by(_EXECUTIONS.c.updated_at)
-            .limit(max(1, max_calls // 10))
-        )
+        one is always taken), so the round's work is bounded. Returns (executions, calls).
+
+        Whether any is due is read first, taking no lock: every maintenance round asks, and
+        mostly none is (the write lock was taken, on SQLite from every instance on the
+        file, for nothing)."""
+        due_now = {"before": before, "limit": max(1, max_calls // 10)}
+        with self._session() as s:
+            if s.execute(_any_finished_before(), due_now).first() is None:
+                return 0, 0
         with self._writing() as s:
             taken: list[str] = []
             calls = 0
-            for execution_id, made in s.execute(due):
+            for execution_id, made in s.execute(_finished_before(), due_now):
                 if taken and calls + made > max_calls:
                     break
                 taken.append(execution_id)

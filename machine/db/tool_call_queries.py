@@ -31,8 +31,7 @@ def _highest_seq() -> Select[int | None]:
 class ToolCallQueries(Queries):
     def get(self, call_id: str) -> ToolCall | None:
         """The call by id (primary key): the one a checkpoint names, or a replayed one."""
-        with self._session() as s:
-            return s.get(ToolCall, call_id)
+        return self._get(ToolCall, call_id)
 
     def journaled_through(self, execution_id: str) -> int:
         """The highest call number the execution's journal holds (0: none), read once as a

@@ -74,8 +74,7 @@ class WebhookQueries(Queries):
 
     def get(self, delivery_id: str) -> WebhookDelivery | None:
         """One row by its event id."""
-        with self._session() as s:
-            return s.get(WebhookDelivery, delivery_id)
+        return self._get(WebhookDelivery, delivery_id)
 
     def recent(self, limit: int, status: str | None = None) -> list[WebhookDelivery]:
         """The newest rows (of one status, if given), for the operator."""

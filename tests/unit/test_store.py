@@ -23,7 +23,7 @@ from lockgate.machine.db.migrate import (
     prepare_database,
     upgrade,
 )
-from lockgate.machine.db.schema import Execution, TransitionLog, metadata
+from lockgate.machine.db.schema import Execution, ToolCall, TransitionLog, metadata
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import Conflict, IllegalTransition
 from lockgate.machine.records import Change
@@ -283,3 +283,40 @@ def test_a_read_does_not_wait_for_a_writer_holding_the_write_lock(engine: Engine
         writer.commit()
     row = store.executions.get("e1")
     assert row is not None and row.status == "running"
+
+
+def test_a_view_reads_an_execution_and_its_calls_from_one_moment(engine: Engine) -> None:
+    """A call journaled between the view's read of the execution and its read of the calls
+    is not shown with that row (on SQLite a read transaction, on PostgreSQL REPEATABLE
+    READ); the next view shows it. Each other read is a statement of its own."""
+    store = SqlStore(engine)
+    new_execution(store)
+
+    def call(seq: int) -> ToolCall:
+        return ToolCall(
+            id=f"e1:{seq}",
+            execution_id="e1",
+            seq=seq,
+            tool="notes.add",
+            status="requested",
+            created_at=NOW,
+            updated_at=NOW,
+        )
+
+    store.commit([], [call(1)])
+    journaled: list[str] = []
+
+    def journal_between(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if not journaled and statement.lstrip().startswith("SELECT executions."):
+            journaled.append("e1:2")
+            InThread(lambda: store.commit([], [call(2)])).result()
+
+    event.listen(engine, "after_cursor_execute", journal_between)
+    try:
+        seen = store.executions.with_calls("e1")
+    finally:
+        event.remove(engine, "after_cursor_execute", journal_between)
+    assert journaled == ["e1:2"]
+    assert seen is not None and [line[0] for line in seen[1]] == [1]
+    again = store.executions.with_calls("e1")
+    assert again is not None and [line[0] for line in again[1]] == [1, 2]
