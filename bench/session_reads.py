@@ -86,7 +86,9 @@ def measure(folder: Path, past: int, calls: int) -> dict[str, Any]:
             warning=settings.approval_warning,
             clock=runtime.engine.clock,
         )
-        notices_us = _per_call_us(lambda: notices.for_request("s"), calls)
+        session = runtime.sessions.get("s")
+        assert session is not None
+        notices_us = _per_call_us(lambda: notices.for_request(session), calls)
         floor_us = _per_call_us(lambda: runtime.sessions.get("s"), calls)
     finally:
         runtime.close()

@@ -116,21 +116,34 @@ class Sessions:
             self._in_flight[session_id] = 1
         return row
 
-    def begin_request(self, session_id: str) -> None:
-        """A request arrived: the session is active while any is in flight here."""
+    def begin_request(self, session_id: str, seen: Session | None = None) -> None:
+        """A request arrived: the session is active while any is in flight here. `seen` is
+        the row as the request's own check read it a moment ago (`live`): when it is idle,
+        the write goes from it without reading it again (the write's version check says
+        whether it moved since, and then it is read again). Any other state is read again
+        first: an active row seen may have gone idle since (the request before this one
+        ended), and this request must make it active again."""
         with self._lock:
             count = self._in_flight.get(session_id, 0)
             self._in_flight[session_id] = count + 1
         if count:
             return
-        row = self.get(session_id)
-        if row is None or row.status != SessionStatus.IDLE:
-            return
-        # Another request or instance may have moved it; activity is recorded either way.
-        with contextlib.suppress(*STALE_WRITE):
-            self.write.apply(
-                Step(_record(row), "begin_request", data={"incarnation": self.lease.incarnation})
-            )
+        idle = seen is not None and seen.status == SessionStatus.IDLE
+        row = seen if idle else self.get(session_id)
+        while row is not None and row.status == SessionStatus.IDLE:
+            try:
+                self.write.apply(
+                    Step(
+                        _record(row), "begin_request", data={"incarnation": self.lease.incarnation}
+                    )
+                )
+                return
+            except STALE_WRITE:
+                if row is not seen:
+                    # Moved between this read and the write: another request or instance
+                    # recorded activity; it is active, or no longer live.
+                    return
+                row = self.get(session_id)
 
     def end_request(self, session_id: str) -> None:
         with self._lock:

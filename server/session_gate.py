@@ -25,6 +25,7 @@ from mcp.server.streamable_http import GET_STREAM_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
+from lockgate.machine.db.schema import Session
 from lockgate.machine.ledger import OwedRecord, acknowledged_reports, report_event_ids
 from lockgate.machine.sessions import SessionBusy, SessionLimitReached, Sessions
 from lockgate.server.auth import (
@@ -151,7 +152,7 @@ class SessionGate:
                 await send({"type": "http.response.start", "status": 200, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
         elif method == "POST":
-            await self._post(scope, receive, send, session_id if live else None, principal)
+            await self._post(scope, receive, send, row, principal)
         else:
             await self.app(scope, receive, send)
 
@@ -207,8 +208,10 @@ class SessionGate:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _post(
-        self, scope: Scope, receive: Receive, send: Send, session_id: str | None, principal: Any
+        self, scope: Scope, receive: Receive, send: Send, row: Session | None, principal: Any
     ) -> None:
+        """A POST, on the live session `row` as this request's check read it (None: no
+        session yet, an initialize)."""
         chunks: list[bytes] = []
         disconnected = False
         while True:
@@ -251,7 +254,7 @@ class SessionGate:
         is_request = (
             isinstance(parsed, dict) and "method" in parsed and parsed.get("id") is not None
         )
-        if session_id is None:
+        if row is None:
             if is_request and isinstance(parsed, dict) and parsed.get("method") == "initialize":
                 if await self._at_session_limit(principal, send):
                     return
@@ -259,7 +262,8 @@ class SessionGate:
             else:
                 await self.app(scope, replay, send)
             return
-        await to_thread.run_sync(self.sessions.begin_request, session_id)
+        session_id = row.id
+        await to_thread.run_sync(self.sessions.begin_request, session_id, row)
         try:
             if not is_request or not isinstance(parsed, dict):
                 await self.app(scope, replay, send)
@@ -275,7 +279,7 @@ class SessionGate:
                 owed,
                 request_id,
                 send,
-                None if notices is None else lambda: notices.for_request(session_id),
+                None if notices is None else lambda: notices.for_request(row),
             )
             try:
                 await self._answer(scope, replay, watcher, gone)

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
+from lockgate.machine.db.schema import Session
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.ledger import Ledger
 
@@ -69,17 +70,18 @@ class SessionNotices:
             self._told.popitem(last=False)
         return True
 
-    def for_request(self, session_id: str) -> list[dict[str, JsonValue]]:
+    def for_request(self, session: Session) -> list[dict[str, JsonValue]]:
         """The notifications the session's request opens with (blocking: run it in a
-        worker thread)."""
-        if not self._wanted(session_id):
+        worker thread). `session` is its row as the request's check read it: its client's
+        log level, as of the request's arrival."""
+        if not self._wanted(session):
             return []
-        return self._lost(session_id) + self._expiring(session_id)
+        return self._lost(session.id) + self._expiring(session.id)
 
-    def _wanted(self, session_id: str) -> bool:
+    @staticmethod
+    def _wanted(session: Session) -> bool:
         """Whether the session's client takes warnings (it set no level, or one up to them)."""
-        row = self.store.sessions.get(session_id)
-        level = row.log_level if row is not None else None
+        level = session.log_level
         return level not in LEVELS or LEVELS.index(level) <= LEVELS.index(LEVEL)
 
     def _lost(self, session_id: str) -> list[dict[str, JsonValue]]:

@@ -56,7 +56,9 @@ def _request(client: Client, session_id: str, key: str, code: str) -> None:
     client.memory[key + ".attempt"] = attempt
     request_id = f"{key}-{attempt}"
     inbox_of(client).sent(request_id)
-    sessions.begin_request(session_id)
+    # As the HTTP gate does: the request's check reads the session, and its bookkeeping
+    # goes on from that row.
+    sessions.begin_request(session_id, sessions.live(session_id))
     owed = ledger.owe(session_id, request_id, "tools/call", None)
     client.runtime.engine.execute(
         client.principal, code, session_id, request_key(session_id, request_id)

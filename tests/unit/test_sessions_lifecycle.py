@@ -297,3 +297,39 @@ def test_a_close_that_every_attempt_loses_says_so_instead_of_pretending(
         runtime.sessions.close("s")
     monkeypatch.undo()
     assert runtime.sessions.live("s") is not None  # still open: the DELETE is retried
+
+
+def test_a_request_whose_check_saw_the_session_before_the_last_request_ended_makes_it_active(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The check of a new request read the session while the request before it was still
+    in flight (active); that request then ended (idle). The new request makes it active
+    again, whatever its check saw: a session left idle under a request in flight could
+    reach its idle timeout mid-request."""
+    runtime = make_runtime()
+    opened(runtime, "s")
+    runtime.sessions.begin_request("s")  # the request before, in flight: active
+    seen = runtime.sessions.live("s")
+    assert seen is not None and seen.status == "active"
+    runtime.sessions.end_request("s")  # it ends after the new request's check
+    assert session_status(runtime, "s") == "idle"
+    runtime.sessions.begin_request("s", seen)
+    assert session_status(runtime, "s") == "active"
+
+
+def test_a_request_whose_check_saw_an_idle_session_that_moved_since_makes_it_active(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Seen idle, then another instance's request came and went (the row moved on, idle
+    again): the write from the row seen is stale, so the row is read again and the session
+    made active, not left idle under the request."""
+    runtime = make_runtime()
+    opened(runtime, "s")
+    seen = runtime.sessions.live("s")
+    assert seen is not None and seen.status == "idle"
+    runtime.sessions.begin_request("s")  # a request elsewhere, come and gone
+    runtime.sessions.end_request("s")
+    moved = runtime.sessions.get("s")
+    assert moved is not None and moved.version > seen.version
+    runtime.sessions.begin_request("s", seen)
+    assert session_status(runtime, "s") == "active"
