@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event
@@ -41,16 +42,18 @@ def committer(store: SqlStore) -> GroupCommit:
 
 
 class Statements:
-    """The SQL sent on the store's engine, and how many transactions committed."""
+    """The SQL SQLite runs on the store's connections (SQLite's own trace, which sees the
+    statements sent past SQLAlchemy too), and how many transactions committed."""
 
     def __init__(self, store: SqlStore) -> None:
         self.sent: list[str] = []
         self.commits = 0
-        event.listen(store.engine, "before_cursor_execute", self._sent)
+        store.engine.dispose()  # every connection from now on is a traced one
+        event.listen(store.engine, "connect", self._traced)
         event.listen(store.engine, "commit", self._committed)
 
-    def _sent(self, *args: object) -> None:
-        self.sent.append(str(args[2]))
+    def _traced(self, dbapi_connection: Any, _record: object) -> None:
+        dbapi_connection.set_trace_callback(self.sent.append)
 
     def _committed(self, _conn: object) -> None:
         self.commits += 1
