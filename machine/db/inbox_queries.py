@@ -6,14 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import and_
+from sqlalchemy import and_, bindparam
 from sqlmodel import col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from lockgate.machine.db.queries import Queries
 from lockgate.machine.db.schema import Execution, ToolCall
 from lockgate.spec import ExecutionStatus as E
 from lockgate.spec import ToolCallStatus as C
+
+
+@cache
+def _expiring_in_session() -> SelectOfScalar[Execution]:
+    """Built once: every request of a 2025 session asks it (its notices)."""
+    return (
+        select(Execution)
+        .where(
+            Execution.session_id == bindparam("session_id"),
+            Execution.status == E.WAITING_FOR_INTERACTION,
+            col(Execution.deadline) > bindparam("now"),
+            col(Execution.deadline) <= bindparam("until"),
+        )
+        .order_by(col(Execution.deadline))
+        .limit(bindparam("limit"))
+    )
 
 
 class InboxQueries(Queries):
@@ -46,17 +64,6 @@ class InboxQueries(Queries):
     ) -> list[Execution]:
         """Up to `limit` paused executions started on the session whose deadline falls in
         (now, until], the nearest first (index `ix_executions_live_session`)."""
+        wanted = {"session_id": session_id, "now": now, "until": until, "limit": limit}
         with self._session() as s:
-            return list(
-                s.exec(
-                    select(Execution)
-                    .where(
-                        Execution.session_id == session_id,
-                        Execution.status == E.WAITING_FOR_INTERACTION,
-                        col(Execution.deadline) > now,
-                        col(Execution.deadline) <= until,
-                    )
-                    .order_by(col(Execution.deadline))
-                    .limit(limit)
-                )
-            )
+            return list(s.exec(_expiring_in_session(), params=wanted))
