@@ -39,10 +39,13 @@ def run_server(
     import sys
 
     from lockgate.machine.db.migrate import DatabaseNotMigrated
+    from lockgate.server.malloc_arenas import cap_malloc_arenas
     from lockgate.server.operations import configure_logging
     from lockgate.server.signing_keys import SigningKeyFileInvalid, SigningKeysMissing, signing_keys
     from lockgate.server.workers import worker_count
 
+    # First, while this is the process's only thread: the workers it forks inherit it.
+    cap_malloc_arenas()
     overrides: dict[str, Any] = {}
     if host is not None:
         overrides["host"] = host
