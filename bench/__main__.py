@@ -55,6 +55,7 @@ ONLY = {
     "source_corpus": corpus_cost,
     "mcp": mcp_throughput,
     "resume": resume_cost,
+    "session_reads": session_read_cost,
 }
 
 

@@ -411,19 +411,24 @@ WHY = {
     "reads the method and id, the SDK validates the message), of 16 ms. Next: the "
     "bookkeeping's 4 commits merged into the execution's 2, and the notices' reads skipped "
     "for a session with nothing to report.",
-    "boot": "importing the server takes about 0.85 s of it (`python -X importtime`: the MCP "
-    "SDK about 0.3 s, its client included, which the package imports for a server too; "
-    "SQLAlchemy about 0.15 s; jsonschema and its format checkers about 0.07 s). FastAPI (the "
-    "HTTP API's routers and document) is paid for: webauthn, authlib and joserfc, as much, "
-    "are imported at a person's first sign-in instead (an A/B of boot to ready, alternating, "
-    "moved by 0.5%); rfc3987-syntax (0.9 s, jsonschema's checker of `iri` formats) is left "
-    "out.",
+    "boot": "importing the server takes about 1.9 s of it on this run's machine "
+    "(`python -X importtime`, 2026-12-07: the MCP SDK about 0.7 s, its client included, which "
+    "the package imports for a server too; the store and its migrations about 0.5 s; FastAPI "
+    "about 0.2 s). This machine ran CPU-bound work about twice as slowly as the one of "
+    "2026-12-03, where importing took 0.85 s and boot 0.90 to 1.02 s: the DBOS peer of case 1 "
+    "is 2.1x slower in this run too, and an A/B of case 1 between this commit and the "
+    "session's first, alternating, moved by less than its noise. FastAPI (the HTTP API's "
+    "routers and document) is paid for: webauthn, authlib and joserfc, as much, are imported "
+    "at a person's first sign-in instead; rfc3987-syntax (0.9 s, jsonschema's checker of "
+    "`iri` formats) is left out.",
     "paused": "the rounds do not grow by a steady amount, as something kept per paused "
     "execution would, and what the process holds does not grow: 1,000 more executions paused "
     "through the engine in one process leave its traced Python memory flat (tracemalloc, "
-    "after a first round), the SSE replay logs are bounded, and a run with them at 16 KiB "
-    "gave the same shape. What is left we take to be the allocator's (RSS that freed objects "
-    "leave behind in fragmented arenas); that is inferred, not shown directly.",
+    "after a first round), and the SSE replay logs are bounded. The growth was the "
+    "allocator's: with glibc's default malloc arenas (up to eight per core) the rounds grew "
+    "by 9.05 / 2.44 / 2.73 and 7.81 / 1.89 / 2.34 MiB, with two arenas (`lockgate serve` "
+    "caps them, `server/malloc_arenas.py`) by 5.38 / -1.01 / 2.23 and 5.03 / -0.91 / 0.85 "
+    "(2026-12-07): what is left is the allocator's noise around none.",
 }
 
 
