@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 from sqlalchemy import inspect
 
 # Imported here, not when first needed: mutation testing forks each mutant's session from a
@@ -126,11 +128,16 @@ def postgres_template(postgres_server: PostgresServer) -> str:
 
 
 def _migrations_digest() -> str:
-    """What the migrated schema is made of: the migration scripts."""
-    digest = hashlib.sha256()
-    folder = Path(migrate.__file__).parent / "migrations"
-    for script in sorted(folder.rglob("*.py")):
-        digest.update(script.relative_to(folder).as_posix().encode() + script.read_bytes())
+    """What the migrated schema is made of: the migration scripts, what they import of the
+    store (its column types, its schema, the upgrade itself), and the versions of the
+    libraries that turn them into SQL."""
+    digest = hashlib.sha256(
+        f"{sqlalchemy.__version__} {importlib.metadata.version('alembic')}".encode()
+    )
+    store = Path(migrate.__file__).parent
+    made_of = [store / "migrate.py", store / "schema.py", store / "types.py"]
+    for script in [*made_of, *sorted((store / "migrations").rglob("*.py"))]:
+        digest.update(script.relative_to(store).as_posix().encode() + script.read_bytes())
     return digest.hexdigest()[:16]
 
 
