@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from lockgate.machine.settings import Settings
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -16,7 +19,7 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def configured_settings(**overrides: Any) -> Any:
+def configured_settings(**overrides: Any) -> Settings:
     """The settings from the environment (and `overrides`), for every command: a configuration
     that does not validate exits 2, each variable at fault named (never its value), instead of
     a validation traceback."""
