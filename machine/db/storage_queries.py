@@ -44,15 +44,6 @@ def _finished_before() -> Select[Any, Any]:
 
 
 @cache
-def _any_finished_before() -> Select[Any]:
-    return (
-        select(_EXECUTIONS.c.id)
-        .where(finished_executions(), _EXECUTIONS.c.updated_at < bindparam("before"))
-        .limit(1)
-    )
-
-
-@cache
 def _grow() -> Update:
     return (
         update(_EXECUTIONS)
@@ -124,7 +115,7 @@ class StorageQueries(Queries):
         file, for nothing)."""
         due_now = {"before": before, "limit": max(1, max_calls // 10)}
         with self._session() as s:
-            if s.execute(_any_finished_before(), due_now).first() is None:
+            if s.execute(_finished_before(), due_now).first() is None:
                 return 0, 0
         with self._writing() as s:
             taken: list[str] = []
