@@ -7,7 +7,7 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
-import tempfile
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -147,8 +147,9 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy (the migrations themselves are tested in test_store; running all of them again
     cost most of a short test's setup). Kept between test processes, named by what it is
     migrated from: a test process made one of its own at each start, and mutation testing
-    starts one per mutant (0.3 s of each)."""
-    kept = Path(tempfile.gettempdir()) / "lockgate-test-templates" / f"{_migrations_digest()}.db"
+    starts one per mutant (0.3 s of each). Kept in this checkout's virtualenv, never a folder
+    other users can write to (a file planted there would be every test's database)."""
+    kept = Path(sys.prefix) / "lockgate-test-templates" / f"{_migrations_digest()}.db"
     if kept.exists():
         return kept
     kept.parent.mkdir(parents=True, exist_ok=True)
