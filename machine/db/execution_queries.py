@@ -19,7 +19,7 @@ from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from lockgate.machine.db.queries import Queries, by_key
+from lockgate.machine.db.queries import Queries, by_key, first, models
 from lockgate.machine.db.schema import Execution, ToolCall, live_executions
 from lockgate.spec import ExecutionStatus as E
 
@@ -49,6 +49,19 @@ class TaskLine(NamedTuple):
 @cache
 def _running() -> SelectOfScalar[Execution]:
     return select(Execution).where(live_executions(), Execution.status == E.RUNNING)
+
+
+@cache
+def _by_origin() -> SelectOfScalar[Execution]:
+    return select(Execution).where(Execution.origin_request == bindparam("origin_request"))
+
+
+@cache
+def _by_idempotency_key() -> SelectOfScalar[Execution]:
+    return select(Execution).where(
+        Execution.principal_id == bindparam("principal_id"),
+        Execution.idempotency_key == bindparam("key"),
+    )
 
 
 @cache
@@ -147,14 +160,14 @@ class ExecutionQueries(Queries):
         A line carries only what a view shows (not the call's arguments or result, which
         would be decoded for every call an execution ever made, at every view of it); the
         arguments' preview only for the call the execution is paused on."""
-        with self._snapshot() as s:
-            row = s.exec(by_key(Execution), params={"key": execution_id}).first()
+        with self._snapshots.connect() as conn:
+            row = first(models(conn, Execution, by_key(Execution), {"key": execution_id}))
             if row is None:
                 return None
             paused_on = row.snapshot_call if row.status == E.WAITING_FOR_INTERACTION else None
             lines = [
                 CallLine(seq, tool, status, preview, asked)
-                for seq, tool, status, preview, asked in s.execute(
+                for seq, tool, status, preview, asked in conn.execute(
                     _call_lines(), {"execution_id": execution_id, "paused_on": paused_on}
                 )
             ]
@@ -163,26 +176,21 @@ class ExecutionQueries(Queries):
     def by_origin(self, origin_request: str) -> Execution | None:
         """The execution a request started (`<session id>:<JSON-RPC id>`), if it started
         one: what a lost answer to that request reports (index on `origin_request`)."""
-        with self._session() as s:
-            return s.exec(
-                select(Execution).where(Execution.origin_request == origin_request)
-            ).first()
+        return first(self._models(Execution, _by_origin(), {"origin_request": origin_request}))
 
     def by_idempotency_key(self, principal_id: str, key: str) -> Execution | None:
         """The principal's execution started with this client idempotency key, if any
         (the unique index `ux_executions_idempotency_key` serves it)."""
-        with self._session() as s:
-            return s.exec(
-                select(Execution).where(
-                    Execution.principal_id == principal_id, Execution.idempotency_key == key
-                )
-            ).first()
+        return first(
+            self._models(
+                Execution, _by_idempotency_key(), {"principal_id": principal_id, "key": key}
+            )
+        )
 
     def running(self) -> list[Execution]:
         """Every running execution, of any owner: recovery keeps those whose owner holds no
         lease (read through the live index, `ix_executions_live`)."""
-        with self._session() as s:
-            return list(s.exec(_running()))
+        return self._models(Execution, _running())
 
     def pending_ids(self, limit: int) -> list[str]:
         """The oldest pending executions (new, or requeued by recovery), for an instance to
@@ -193,8 +201,7 @@ class ExecutionQueries(Queries):
     def paused_due(self, now: datetime) -> list[Execution]:
         """Paused executions whose approval deadline passed by `now`: the expiry sweep's
         work (live index; the deadline is filtered among the paused rows only)."""
-        with self._session() as s:
-            return list(s.exec(_paused_due(), params={"now": now}))
+        return self._models(Execution, _paused_due(), {"now": now})
 
     def live_statuses(
         self, *, session_id: str | None = None, principal_id: str | None = None

@@ -65,5 +65,4 @@ class InboxQueries(Queries):
         """Up to `limit` paused executions started on the session whose deadline falls in
         (now, until], the nearest first (index `ix_executions_live_session`)."""
         wanted = {"session_id": session_id, "now": now, "until": until, "limit": limit}
-        with self._session() as s:
-            return list(s.exec(_expiring_in_session(), params=wanted))
+        return self._models(Execution, _expiring_in_session(), wanted)

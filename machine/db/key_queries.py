@@ -14,7 +14,7 @@ from sqlalchemy import bindparam
 from sqlmodel import col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.queries import Queries, first
 from lockgate.machine.db.schema import ApiKey, Principal
 
 
@@ -46,8 +46,7 @@ class KeyQueries(Queries):
     def by_hash(self, key_hash: str) -> ApiKey | None:
         """The key whose sha256 is `key_hash`, revoked or not (unique index on
         `key_hash`): how a presented key is identified."""
-        with self._session() as s:
-            return s.exec(_by_hash(), params={"key_hash": key_hash}).first()
+        return first(self._models(ApiKey, _by_hash(), {"key_hash": key_hash}))
 
     def revoke(self, key_id: str, at: datetime) -> ApiKey | None:
         """Mark the key revoked at `at`, unless it already was (its first revocation time

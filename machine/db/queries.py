@@ -7,12 +7,13 @@ in one module of `machine/db/` and callers never build a statement or open a ses
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, bindparam, or_
+from sqlalchemy import Connection, Engine, Executable, bindparam, or_
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, SQLModel, select
 from sqlmodel.sql.expression import SelectOfScalar
@@ -28,6 +29,45 @@ def by_key(model: type[Row]) -> SelectOfScalar[Row]:
     anew at every call, which cost a read a third more than the read itself."""
     (key,) = model.__table__.primary_key.columns  # type: ignore[attr-defined]
     return select(model).where(key == bindparam("key"))
+
+
+@cache
+def _builder(model: type[Row], columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Row]:
+    """How a result row of `model`'s columns (named `columns`, in that order) becomes a
+    `model` instance, worked out once per model and column list."""
+    mapper = sa_inspect(model)
+    attribute = {prop.columns[0].name: prop.key for prop in mapper.column_attrs}
+    names = tuple(attribute[column] for column in columns)
+    new_instance = mapper.class_manager.new_instance
+
+    def build(values: Sequence[Any]) -> Row:
+        # What the ORM's loader does for each row (an instance made without __init__, so
+        # without validation, its attributes set from the row's values), without the ORM's
+        # per-statement machinery. The instance is not in any session (as an ORM row is
+        # not once its session closed): the store writes through Core, never by adding it.
+        row: Row = new_instance()
+        row.__dict__.update(zip(names, values, strict=True))
+        return row
+
+    return build
+
+
+def models(
+    conn: Connection,
+    model: type[Row],
+    statement: Executable,
+    params: Mapping[str, object] | None = None,
+) -> list[Row]:
+    """The `model` rows `statement` (a `select(model)`) reads on `conn`. Through Core, not an
+    ORM session: a read of one row by primary key cost 0.30 ms through the ORM and 0.17 ms
+    this way, and every request makes several."""
+    result = conn.execute(statement, params or {})
+    build = _builder(model, tuple(result.keys()))
+    return [build(values) for values in result]
+
+
+def first(rows: Iterable[Row]) -> Row | None:
+    return next(iter(rows), None)
 
 
 class Queries:
@@ -52,8 +92,14 @@ class Queries:
 
     def _get(self, model: type[Row], key: object) -> Row | None:
         """The row of `model` whose primary key is `key`, or None (a read of its own)."""
-        with self._session() as s:
-            return s.exec(by_key(model), params={"key": key}).first()
+        return first(self._models(model, by_key(model), {"key": key}))
+
+    def _models(
+        self, model: type[Row], statement: Executable, params: Mapping[str, object] | None = None
+    ) -> list[Row]:
+        """The `model` rows a `select(model)` reads, as a read of its own (see `models`)."""
+        with self._reads.connect() as conn:
+            return models(conn, model, statement, params)
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:

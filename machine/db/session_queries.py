@@ -120,15 +120,13 @@ class SessionQueries(Queries):
     def live(self) -> list[Session]:
         """Every live session, of every instance: what the lease sweep decides on (index on
         `sessions.status`, so ended sessions are never read)."""
-        with self._session() as s:
-            return list(s.exec(_live()))
+        return self._models(Session, _live())
 
     def active(self) -> list[Session]:
         """Sessions marked active (a request in flight on them), on whichever incarnation:
         recovery sends those of dead ones idle. Not an `IN` over the dead incarnations:
         those are every start there ever was, past any bound on a statement's parameters."""
-        with self._session() as s:
-            return list(s.exec(_active()))
+        return self._models(Session, _active())
 
     def owed_here(self, session_id: str, incarnation: int) -> int:
         """How many requests `incarnation` still owes an answer on the session (entries of
@@ -144,21 +142,18 @@ class SessionQueries(Queries):
         """The session's ledger entries in one of `statuses` (unordered; callers sort what
         they show): its lost requests to report or abandon, what is still owed on it, or
         both in one read (index on `owed_requests.session_id`)."""
-        with self._session() as s:
-            wanted = {"session_id": session_id, "statuses": [str(status) for status in statuses]}
-            return list(s.exec(_of_session(), params=wanted))
+        wanted = {"session_id": session_id, "statuses": [str(status) for status in statuses]}
+        return self._models(OwedRequest, _of_session(), wanted)
 
     def all_owed(self) -> list[OwedRequest]:
         """Every entry still owed, whoever owes it: the requests in flight in the whole
         fleet, which recovery sorts by whether their incarnation is dead (index on
         `owed_requests.status`). Not an `IN` over the dead incarnations: those are every
         start there ever was, past any bound on a statement's parameters."""
-        with self._session() as s:
-            return list(s.exec(_all_owed()))
+        return self._models(OwedRequest, _all_owed())
 
     def lost_of_ended_sessions(self) -> list[OwedRequest]:
         """Lost entries whose session is no longer live, so that no GET will ever collect
         their report: recovery abandons them (index on `owed_requests.status`, joined to
         the session by primary key)."""
-        with self._session() as s:
-            return list(s.exec(_lost_of_ended_sessions()))
+        return self._models(OwedRequest, _lost_of_ended_sessions())

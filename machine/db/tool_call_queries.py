@@ -28,6 +28,20 @@ def _highest_seq() -> Select[int | None]:
     )
 
 
+@cache
+def _decided_of() -> Select[int, JsonValue]:
+    columns = ToolCall.__table__.c  # type: ignore[attr-defined]
+    return (
+        core_select(columns.seq, columns.decision)
+        .where(
+            columns.execution_id == bindparam("execution_id"),
+            columns.tool == bindparam("tool"),
+            columns.decided_at.is_not(None),
+        )
+        .order_by(columns.seq)
+    )
+
+
 class ToolCallQueries(Queries):
     def get(self, call_id: str) -> ToolCall | None:
         """The call by id (primary key): the one a checkpoint names, or a replayed one."""
@@ -66,15 +80,10 @@ class ToolCallQueries(Queries):
 
     def decided_of(self, execution_id: str, tool: str) -> list[tuple[int, JsonValue]]:
         """The execution's decided calls of `tool`, in call order, with their decisions:
-        which grant covers its next call (index on `tool_calls.execution_id`)."""
-        with self._session() as s:
-            rows = s.exec(
-                select(ToolCall)
-                .where(
-                    ToolCall.execution_id == execution_id,
-                    ToolCall.tool == tool,
-                    col(ToolCall.decided_at).is_not(None),
-                )
-                .order_by(col(ToolCall.seq))
-            )
-            return [(row.seq, row.decision) for row in rows]
+        which grant covers its next call (index on `tool_calls.execution_id`). Read at every
+        call the policy pauses, so an execution's calls read it once each: two columns
+        through Core, not whole rows through the ORM (which cost 60 µs a row, the largest
+        part of an approved write's CPU at 100 calls)."""
+        with self._reads.connect() as conn:
+            rows = conn.execute(_decided_of(), {"execution_id": execution_id, "tool": tool})
+            return [(seq, decision) for seq, decision in rows]
