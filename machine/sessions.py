@@ -79,6 +79,11 @@ class Sessions:
         #: What the sessions are owed: settled when a session ends.
         self.ledger = ledger
         self._in_flight: dict[str, int] = {}
+        #: Each session with requests in flight here, as the first of them left its row
+        #: (read, or written active): the last one to end writes from it, and reads the row
+        #: again only when that write finds it moved. Kept only while requests are in
+        #: flight, so it is bounded by them.
+        self._rows: dict[str, Session] = {}
         self._lock = threading.Lock()
 
     # -- sessions ----------------------------------------------------------------------------
@@ -137,13 +142,16 @@ class Sessions:
                         _record(row), "begin_request", data={"incarnation": self.lease.incarnation}
                     )
                 )
-                return
+                break  # the write left `row` as it stored it: active, one version on
             except STALE_WRITE:
                 if row is not seen:
                     # Moved between this read and the write: another request or instance
                     # recorded activity; it is active, or no longer live.
                     return
                 row = self.get(session_id)
+        if row is not None:
+            with self._lock:
+                self._rows[session_id] = row
 
     def end_request(self, session_id: str) -> None:
         with self._lock:
@@ -152,6 +160,13 @@ class Sessions:
                 self._in_flight[session_id] = count
                 return
             self._in_flight.pop(session_id, None)
+            known = self._rows.pop(session_id, None)
+        if known is not None and known.status == SessionStatus.ACTIVE:
+            try:
+                self.write.apply(Step(_record(known), "end_request"))
+                return
+            except STALE_WRITE:
+                pass  # moved since (another instance, a log level set): read it again
         row = self.get(session_id)
         if row is None or row.status != SessionStatus.ACTIVE:
             return

@@ -333,3 +333,23 @@ def test_a_request_whose_check_saw_an_idle_session_that_moved_since_makes_it_act
     assert moved is not None and moved.version > seen.version
     runtime.sessions.begin_request("s", seen)
     assert session_status(runtime, "s") == "active"
+
+
+def test_a_request_that_ends_after_its_session_moved_still_leaves_it_idle(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The last request to end writes from the row its begin left (no read), unless the row
+    moved since (here, the client set its log level meanwhile): then it reads the row again
+    and ends it from there, keeping what the other write stored."""
+    runtime = make_runtime()
+    opened(runtime, "s")
+    runtime.sessions.begin_request("s")
+    assert runtime.sessions.set_log_level("s", "error")
+    runtime.sessions.end_request("s")
+    row = runtime.sessions.get("s")
+    assert row is not None
+    assert (row.status, row.log_level) == ("idle", "error")
+    runtime.sessions.begin_request("s")  # and the next request, on the row as it is now
+    assert session_status(runtime, "s") == "active"
+    runtime.sessions.end_request("s")
+    assert session_status(runtime, "s") == "idle"
