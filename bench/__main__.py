@@ -49,8 +49,38 @@ def corpus_cost(workdir: Path, *, smoke: bool) -> object:
     return source_corpus(published_collection(), smoke=smoke)
 
 
+#: Repetitions of cases 1 and 4 (`--reps`).
+REPS = 7
+
+
+def sizes(*, smoke: bool, reps: int = REPS) -> tuple[list[int], int]:
+    """The Ns of cases 1 and 4, and how many times each runs."""
+    return ([1, 2], 1) if smoke else ([1, 10, 100], reps)
+
+
+def sqlite_cost(workdir: Path, *, smoke: bool, reps: int = REPS) -> object:
+    """Cases 1, 2 and 4 on SQLite."""
+    ns, reps = sizes(smoke=smoke, reps=reps)
+    return run_on("sqlite", "sqlite:///unused", workdir, ns=ns, reps=reps)
+
+
+def postgresql_cost(workdir: Path, *, smoke: bool, reps: int = REPS) -> object:
+    """Cases 1 and 4 on a throwaway PostgreSQL server (None where none is installed)."""
+    pg = postgres_url()
+    if pg is None:
+        return None
+    server, url = pg
+    try:
+        ns, reps = sizes(smoke=smoke, reps=reps)
+        return run_on("postgresql", url, workdir, ns=ns, reps=reps)
+    finally:
+        server.stop()  # type: ignore[attr-defined]
+
+
 #: The cases `--only` runs by themselves (their result's key in results.json).
-ONLY = {
+ONLY: dict[str, Callable[..., object]] = {
+    "sqlite": sqlite_cost,
+    "postgresql": postgresql_cost,
     "published_sources": published_source_cost,
     "source_corpus": corpus_cost,
     "mcp": mcp_throughput,
@@ -118,7 +148,7 @@ def postgres_url() -> tuple[object, str] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--smoke", action="store_true", help="a tiny run (CI): N=1,2, once")
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--out", type=Path, help="folder for results.json and RESULTS.md")
     parser.add_argument(
         "--render", action="store_true", help="rewrite RESULTS.md from results.json"
@@ -145,7 +175,7 @@ def main() -> None:
         results_file.write_text(json.dumps(kept, indent=1) + "\n")
         (HERE / "RESULTS.md").write_text(render(kept, profiles, soak_report.load()))
         return
-    ns, reps = ([1, 2], 1) if args.smoke else ([1, 10, 100], args.reps)
+    ns, reps = sizes(smoke=args.smoke, reps=args.reps)
     out_dir: Path = args.out or (
         Path(tempfile.mkdtemp(prefix="lockgate-bench-")) if args.smoke else HERE
     )
@@ -162,22 +192,10 @@ def main() -> None:
         for folder in ("sqlite", "postgresql", "mcp", "history", "resume", "session_reads"):
             (work / folder).mkdir()
         (work / "published_sources").mkdir()
+        case("sqlite", lambda: sqlite_cost(work / "sqlite", smoke=args.smoke, reps=reps))
         case(
-            "sqlite",
-            lambda: run_on("sqlite", "sqlite:///unused", work / "sqlite", ns=ns, reps=reps),
+            "postgresql", lambda: postgresql_cost(work / "postgresql", smoke=args.smoke, reps=reps)
         )
-        pg = postgres_url()
-        if pg is None:
-            results["postgresql"] = None
-        else:
-            server, url = pg
-            try:
-                case(
-                    "postgresql",
-                    lambda: run_on("postgresql", url, work / "postgresql", ns=ns, reps=reps),
-                )
-            finally:
-                server.stop()  # type: ignore[attr-defined]
         case("simulator", lambda: simulator_throughput(smoke=args.smoke))
         case("mcp", lambda: mcp_throughput(work / "mcp", smoke=args.smoke))
         case("history", lambda: history_cost(work / "history", smoke=args.smoke))

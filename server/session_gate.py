@@ -263,16 +263,27 @@ class SessionGate:
                 await self.app(scope, replay, send)
             return
         session_id = row.id
-        await to_thread.run_sync(self.sessions.begin_request, session_id, row)
+        request = parsed if is_request and isinstance(parsed, dict) else None
+        began = False
+
+        def arrive() -> OwedRecord | None:
+            """The session's activity, then the request's entry in the ledger: in one trip
+            to a worker thread (each trip costs the event loop more than either write)."""
+            nonlocal began
+            self.sessions.begin_request(session_id, row)
+            began = True
+            if request is None:
+                return None
+            return self.ledger.owe(
+                session_id, request["id"], str(request["method"]), _execution_argument(request)
+            )
+
         try:
-            if not is_request or not isinstance(parsed, dict):
+            owed = await to_thread.run_sync(arrive)
+            if request is None or owed is None:
                 await self.app(scope, replay, send)
                 return
-            request_id: JsonValue = parsed["id"]
-            execution_id = _execution_argument(parsed)
-            owed = await to_thread.run_sync(
-                self.ledger.owe, session_id, request_id, str(parsed["method"]), execution_id
-            )
+            request_id: JsonValue = request["id"]
             notices = self.notices
             watcher = OwedResponse(
                 self.ledger,
@@ -294,8 +305,9 @@ class SessionGate:
                 with anyio.CancelScope(shield=True):
                     await watcher.give_up()
         finally:
-            with anyio.CancelScope(shield=True):
-                await to_thread.run_sync(self.sessions.end_request, session_id)
+            if began:
+                with anyio.CancelScope(shield=True):
+                    await to_thread.run_sync(self.sessions.end_request, session_id)
 
     async def _answer(
         self, scope: Scope, replay: Receive, watcher: OwedResponse, gone: anyio.Event
