@@ -49,7 +49,7 @@ from lockgate.machine.db.schema import Session as SessionRow
 from lockgate.machine.db.secret_queries import SecretQueries
 from lockgate.machine.db.session_queries import SessionQueries
 from lockgate.machine.db.source_queries import SourceQueries
-from lockgate.machine.db.storage_queries import StorageQueries
+from lockgate.machine.db.storage_queries import Grow, StorageQueries
 from lockgate.machine.db.tool_call_queries import ToolCallQueries
 from lockgate.machine.db.webhook_queries import WebhookQueries
 from lockgate.machine.errors import Conflict, IllegalTransition
@@ -111,6 +111,45 @@ def _fence(table_name: str) -> Update:
         .where(table.c.id == bindparam("w_id"), table.c.version == bindparam("w_version"))
         .values(version=table.c.version)
     )
+
+
+@cache
+def _fence_growing() -> Update:
+    """The fence of an execution that also adds `:w_bytes` to the bytes it keeps: the
+    transaction's `Grow` for the fenced execution rides on the fence's update instead of an
+    update of its own (3 of an approved write's 4 commits fence an execution that grows)."""
+    table = _table(Execution)
+    return (
+        update(table)
+        .where(table.c.id == bindparam("w_id"), table.c.version == bindparam("w_version"))
+        .values(stored_bytes=table.c.stored_bytes + bindparam("w_bytes"))
+    )
+
+
+def _fold_growth(
+    fences: Sequence[Fence], writes: Sequence[StoreWrite]
+) -> tuple[list[int], list[StoreWrite]]:
+    """The bytes each fence adds to its execution in this transaction (in the fences'
+    order; 0 for a fence of another record, or of an execution fenced twice), and the
+    writes left once those are taken out of the `Grow`s."""
+    growth = {f.record_id: 0 for f in fences if f.machine == "execution"}
+    if not growth:
+        return [0] * len(fences), list(writes)
+    rest: list[StoreWrite] = []
+    for extra in writes:
+        if not isinstance(extra, Grow):
+            rest.append(extra)
+            continue
+        others = []
+        for execution_id, added in extra.by_execution:
+            if execution_id in growth:
+                growth[execution_id] += added
+            else:
+                others.append((execution_id, added))
+        if others:
+            rest.append(Grow(tuple(others)))
+    added_by = [growth.pop(f.record_id, 0) if f.machine == "execution" else 0 for f in fences]
+    return added_by, rest
 
 
 @cache
@@ -190,12 +229,15 @@ class SqlStore:
             key=lambda pair: _INSERT_ORDER[pair[0].name],
         )
 
+        growth, writes = _fold_growth(fences, writes)
+
         def statements(conn: Connection) -> None:
-            for fence in fences:
-                held = conn.execute(
-                    _fence(_table(TABLES[fence.machine]).name),
-                    {"w_id": fence.record_id, "w_version": fence.version},
-                )
+            for fence, added in zip(fences, growth, strict=True):
+                params: dict[str, object] = {"w_id": fence.record_id, "w_version": fence.version}
+                if fence.machine == "execution":
+                    held = conn.execute(_fence_growing(), {**params, "w_bytes": added})
+                else:
+                    held = conn.execute(_fence(_table(TABLES[fence.machine]).name), params)
                 if held.rowcount != 1:
                     raise Conflict(
                         machine=fence.machine,
