@@ -10,7 +10,6 @@ here: the SSE event bytes the gate writes, and the drain signal a response ends 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -22,8 +21,6 @@ from pydantic import JsonValue
 
 from lockgate.machine.ledger import Ledger, OwedRecord
 from lockgate.server.auth import Message, Send
-
-log = logging.getLogger("lockgate.ledger")
 
 
 def sse_event(message: dict[str, JsonValue], event_id: str | None = None) -> bytes:
@@ -92,8 +89,8 @@ class OwedResponse:
         notices: Callable[[], list[dict[str, JsonValue]]] | None = None,
     ) -> None:
         self.ledger, self.owed, self.request_id, self._send = ledger, owed, request_id, send
-        #: What the session is told first (`server.session_notices`), right after the
-        #: stream's priming event; taken once.
+        #: What the session is told first (`server.session_notices`: read as the request
+        #: arrived, told without a read), right after the stream's priming event; taken once.
         self._notices = notices
         self.started = False
         self.finished = False
@@ -168,13 +165,7 @@ class OwedResponse:
     async def _tell_locked(self) -> None:
         notices, self._notices = self._notices, None
         assert notices is not None
-        try:
-            told = await to_thread.run_sync(notices)
-        except Exception:
-            # A notice is a courtesy: the request's own answer must not depend on it.
-            log.exception("could not read what to tell the session; answering without it")
-            return
-        for notice in told:
+        for notice in notices():
             await self._send(
                 {"type": "http.response.body", "body": sse_event(notice), "more_body": True}
             )

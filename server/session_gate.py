@@ -39,7 +39,7 @@ from lockgate.server.auth import (
     without_header,
 )
 from lockgate.server.owed_response import DrainSignal, OwedResponse, sse_event, stream_ready
-from lockgate.server.session_notices import SessionNotices
+from lockgate.server.session_notices import Notices, SessionNotices
 
 log = logging.getLogger("lockgate.ledger")
 
@@ -266,32 +266,28 @@ class SessionGate:
         request = parsed if is_request and isinstance(parsed, dict) else None
         began = False
 
-        def arrive() -> OwedRecord | None:
-            """The session's activity, then the request's entry in the ledger: in one trip
-            to a worker thread (each trip costs the event loop more than either write)."""
+        def arrive() -> tuple[OwedRecord, Notices | None] | None:
+            """The session's activity, the request's entry in the ledger, and what the
+            session is to be told: in one trip to a worker thread (each trip costs the event
+            loop more than any of them)."""
             nonlocal began
             self.sessions.begin_request(session_id, row)
             began = True
             if request is None:
                 return None
-            return self.ledger.owe(
+            owed = self.ledger.owe(
                 session_id, request["id"], str(request["method"]), _execution_argument(request)
             )
+            return owed, None if self.notices is None else self.notices.for_request(row)
 
         try:
-            owed = await to_thread.run_sync(arrive)
-            if request is None or owed is None:
+            arrived = await to_thread.run_sync(arrive)
+            if request is None or arrived is None:
                 await self.app(scope, replay, send)
                 return
+            owed, notices = arrived
             request_id: JsonValue = request["id"]
-            notices = self.notices
-            watcher = OwedResponse(
-                self.ledger,
-                owed,
-                request_id,
-                send,
-                None if notices is None else lambda: notices.for_request(row),
-            )
+            watcher = OwedResponse(self.ledger, owed, request_id, send, notices)
             try:
                 await self._answer(scope, replay, watcher, gone)
             except anyio.get_cancelled_exc_class():

@@ -14,22 +14,25 @@ its SSE response with a `notifications/message` (level `warning`, logger `lockga
 A client that set a level above `warning` (logging/setLevel: `error` and up, kept on the
 session's row) is sent none of them.
 
-Both are read from the database at the request, so they reach the session through any
+Both are read from the database as the request arrives, so they reach the session through any
 instance after any restart. Each is told once per process (a bounded memory of what was
 told); after a restart, or on another instance, the next request is told once more.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-from lockgate.machine.db.schema import Session
+from lockgate.machine.db.schema import Execution, Session
 from lockgate.machine.db.store import SqlStore
-from lockgate.machine.ledger import Ledger
+from lockgate.machine.ledger import Ledger, OwedRecord
+
+log = logging.getLogger("lockgate.ledger")
 
 #: Notices of one kind one response opens with, at most.
 MAX_NOTICES = 8
@@ -40,6 +43,10 @@ LOGGER = "lockgate"
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 #: The level of every notice here.
 LEVEL = "warning"
+
+
+#: What tells a request's notices as its response starts (on the event loop: no read).
+Notices = Callable[[], list[dict[str, JsonValue]]]
 
 
 def notification(data: dict[str, JsonValue]) -> dict[str, JsonValue]:
@@ -70,13 +77,28 @@ class SessionNotices:
             self._told.popitem(last=False)
         return True
 
-    def for_request(self, session: Session) -> list[dict[str, JsonValue]]:
-        """The notifications the session's request opens with (blocking: run it in a
-        worker thread). `session` is its row as the request's check read it: its client's
-        log level, as of the request's arrival."""
+    def for_request(self, session: Session) -> Notices:
+        """Read what the session's request is to be told (blocking: run it in a worker
+        thread, as the request arrives). `session` is its row as the request's check read it:
+        its client's log level, as of the request's arrival. Returns what tells them, as the
+        response starts: the notices this process has not told yet (in memory, no read)."""
         if not self._wanted(session):
-            return []
-        return self._lost(session.id) + self._expiring(session.id)
+            return list
+        try:
+            lost = self.ledger.lost_reports(session.id)
+            now = self.clock()
+            expiring = (
+                self.store.inbox.expiring_in_session(
+                    session.id, now, now + self.warning, MAX_NOTICES
+                )
+                if self.warning > timedelta(0)
+                else []
+            )
+        except Exception:
+            # A notice is a courtesy: the request's own answer must not depend on it.
+            log.exception("could not read what to tell the session; answering without it")
+            return list
+        return lambda: self._lost(lost) + self._expiring(expiring, now)
 
     @staticmethod
     def _wanted(session: Session) -> bool:
@@ -84,9 +106,11 @@ class SessionNotices:
         level = session.log_level
         return level not in LEVELS or LEVELS.index(level) <= LEVELS.index(LEVEL)
 
-    def _lost(self, session_id: str) -> list[dict[str, JsonValue]]:
+    def _lost(
+        self, reports: list[tuple[OwedRecord, dict[str, JsonValue]]]
+    ) -> list[dict[str, JsonValue]]:
         told = []
-        for record, report in self.ledger.lost_reports(session_id):
+        for record, report in reports:
             if not self._first_time(f"lost:{record.id}"):
                 continue
             # The report is the JSON-RPC error message for the lost id: tell its error.
@@ -103,14 +127,8 @@ class SessionNotices:
             told.append(notification(data))
         return told
 
-    def _expiring(self, session_id: str) -> list[dict[str, JsonValue]]:
-        if self.warning <= timedelta(0):
-            return []
-        now = self.clock()
+    def _expiring(self, waiting: list[Execution], now: datetime) -> list[dict[str, JsonValue]]:
         told = []
-        waiting = self.store.inbox.expiring_in_session(
-            session_id, now, now + self.warning, MAX_NOTICES
-        )
         for ex in waiting:
             if ex.deadline is None or not self._first_time(f"expiring:{ex.id}:{ex.snapshot_call}"):
                 continue
