@@ -87,8 +87,12 @@ class OwedResponse:
         request_id: JsonValue,
         send: Send,
         notices: Callable[[], list[dict[str, JsonValue]]] | None = None,
+        after_answer: Callable[[], None] | None = None,
     ) -> None:
         self.ledger, self.owed, self.request_id, self._send = ledger, owed, request_id, send
+        #: Run once the answer is out and its entry consumed, in the same worker thread (the
+        #: end of the session's activity: a trip of its own cost more than the write).
+        self._after_answer = after_answer
         #: What the session is told first (`server.session_notices`: read as the request
         #: arrived, told without a read), right after the stream's priming event; taken once.
         self._notices = notices
@@ -142,7 +146,12 @@ class OwedResponse:
                     from_thread.run(deliver)
                     written = True
 
-                await to_thread.run_sync(self.ledger.answered, self.owed, write)
+                def answer() -> None:
+                    self.ledger.answered(self.owed, write)
+                    if self._after_answer is not None:
+                        self._after_answer()
+
+                await to_thread.run_sync(answer)
                 if not written:  # the entry had moved on before the write: still deliver it
                     await self._send(message)
             else:

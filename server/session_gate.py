@@ -264,7 +264,15 @@ class SessionGate:
             return
         session_id = row.id
         request = parsed if is_request and isinstance(parsed, dict) else None
-        began = False
+        began = ended = False
+
+        def end() -> None:
+            """The end of the request's activity on the session, once (in a worker thread:
+            right after its answer is out, or when the request is over)."""
+            nonlocal ended
+            if began and not ended:
+                ended = True
+                self.sessions.end_request(session_id)
 
         def arrive() -> tuple[OwedRecord, Notices | None] | None:
             """The session's activity, the request's entry in the ledger, and what the
@@ -287,7 +295,7 @@ class SessionGate:
                 return
             owed, notices = arrived
             request_id: JsonValue = request["id"]
-            watcher = OwedResponse(self.ledger, owed, request_id, send, notices)
+            watcher = OwedResponse(self.ledger, owed, request_id, send, notices, end)
             try:
                 await self._answer(scope, replay, watcher, gone)
             except anyio.get_cancelled_exc_class():
@@ -301,9 +309,9 @@ class SessionGate:
                 with anyio.CancelScope(shield=True):
                     await watcher.give_up()
         finally:
-            if began:
+            if began and not ended:
                 with anyio.CancelScope(shield=True):
-                    await to_thread.run_sync(self.sessions.end_request, session_id)
+                    await to_thread.run_sync(end)
 
     async def _answer(
         self, scope: Scope, replay: Receive, watcher: OwedResponse, gone: anyio.Event
