@@ -166,6 +166,56 @@ def _row_values(table: Table, row: SQLModel) -> dict[str, Any]:
     return values
 
 
+def _fold_changes(
+    rows: Sequence[tuple[Table, SQLModel]], changes: Sequence[Change], now: datetime
+) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[Change]]:
+    """The commit's inserts as batches (one statement per table and set of columns, in
+    insert order), with the changes of rows inserted in this same commit applied to the
+    values inserted; and the changes left to update stored rows.
+
+    A row inserted and moved on in one transaction is inserted as the move leaves it: no
+    other transaction can see it in between, so the version check its update would make
+    has nothing to check (it is made here, on the values). Every change is still logged.
+    A journaled read is inserted and settled in the commit that carries it: its update
+    cost as much as its insert."""
+    inserted: dict[tuple[str, object], tuple[Table, dict[str, Any]]] = {}
+    values = []
+    for table, row in rows:
+        row_values = _row_values(table, row)
+        values.append((table, row_values))
+        machine = MACHINE_OF.get(type(row))
+        if machine is not None:
+            inserted[(machine, row_values.get("id"))] = (table, row_values)
+    updated = []
+    for change in changes:
+        found = inserted.get((change.machine, change.record_id))
+        if found is None:
+            updated.append(change)
+            continue
+        table, row_values = found
+        if (row_values["version"], row_values["status"]) != (
+            change.expected_version,
+            change.source,
+        ):
+            raise Conflict(
+                machine=change.machine,
+                record_id=change.record_id,
+                expected_version=change.expected_version,
+            )
+        row_values.update(change.updates)
+        row_values.update(status=change.dest, version=change.expected_version + 1)
+        if "updated_at" in table.c and "updated_at" not in change.updates:
+            row_values["updated_at"] = now
+    batches: list[tuple[str, list[dict[str, Any]]]] = []
+    for table, row_values in values:
+        last = batches[-1] if batches else None
+        if last is not None and last[0] == table.name and last[1][0].keys() == row_values.keys():
+            last[1].append(row_values)
+        else:
+            batches.append((table.name, [row_values]))
+    return batches, updated
+
+
 class StoreWrite(Protocol):
     """A write outside the lifecycles, committed in a transition's transaction: both commit
     or neither does. It refuses by raising, which rolls the whole transaction back."""
@@ -228,7 +278,7 @@ class SqlStore:
             ((_table(type(row)), row) for row in inserts),
             key=lambda pair: _INSERT_ORDER[pair[0].name],
         )
-
+        batches, updated = _fold_changes(rows, changes, now)
         growth, writes = _fold_growth(fences, writes)
 
         def statements(conn: Connection) -> None:
@@ -248,9 +298,9 @@ class SqlStore:
             # whole transaction before anything else in it is written.
             for extra in writes:
                 extra.write(conn)
-            for table, row in rows:
-                conn.execute(_insert(table.name), _row_values(table, row))
-            for change in changes:
+            for table_name, batch in batches:
+                conn.execute(_insert(table_name), batch)
+            for change in updated:
                 table = _table(TABLES[change.machine])
                 values: dict[str, object] = dict(change.updates)
                 values.update(status=change.dest, version=change.expected_version + 1)

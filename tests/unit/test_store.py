@@ -121,6 +121,55 @@ def test_a_stale_writer_gets_a_conflict_and_nothing_is_written(engine: Engine) -
         assert len(list(s.exec(select(TransitionLog)))) == 1
 
 
+def test_a_row_inserted_and_moved_in_one_commit_is_stored_as_moved_every_move_logged(
+    engine: Engine,
+) -> None:
+    """As a journaled read is: inserted, then settled, in the commit that carries it (stored
+    in its last state, with its insert's values and every change's). A move that does not
+    start where the inserted row is refuses the whole commit, as a stale update does."""
+    store = SqlStore(engine)
+    fresh = Execution(
+        id="e1", principal_id="alice", status="pending", code="1", created_at=NOW, updated_at=NOW
+    )
+    store.commit(
+        [
+            Change("execution", "e1", "start", "pending", "running", 0, {"owner": "i1"}),
+            Change(
+                "execution", "e1", "complete", "running", "completed", 1, {"outcome": {"value": 7}}
+            ),
+        ],
+        [fresh],
+    )
+    with store.session() as s:
+        row = s.get(Execution, "e1")
+        log = list(s.exec(select(TransitionLog).order_by(col(TransitionLog.id))))
+    assert row is not None
+    assert (row.status, row.version, row.owner, row.outcome, row.code) == (
+        "completed",
+        2,
+        "i1",
+        {"value": 7},
+        "1",
+    )
+    assert row.updated_at > NOW
+    assert [(t.event, t.source, t.dest, t.version) for t in log] == [
+        ("start", "pending", "running", 1),
+        ("complete", "running", "completed", 2),
+    ]
+    assert len({t.txn for t in log}) == 1
+
+    other = Execution(
+        id="e2", principal_id="alice", status="pending", code="2", created_at=NOW, updated_at=NOW
+    )
+    with pytest.raises(Conflict):
+        store.commit(
+            [Change("execution", "e2", "complete", "running", "completed", 1, {})], [other]
+        )
+    with store.session() as s:
+        assert s.get(Execution, "e2") is None
+        assert len(list(s.exec(select(TransitionLog)))) == 2
+
+
 def test_the_store_refuses_undeclared_edges_and_non_initial_inserts(engine: Engine) -> None:
     store = SqlStore(engine)
     new_execution(store)
