@@ -96,7 +96,12 @@ def reader(engine: Engine) -> Engine:
 def snapshot_reader(engine: Engine) -> Engine:
     """`engine` for the few reads of several statements that must see one moment (a view
     of an execution with its calls): on SQLite a deferred transaction (no lock, one
-    snapshot of the log), on PostgreSQL REPEATABLE READ for that transaction."""
+    snapshot of the log), on PostgreSQL REPEATABLE READ for that transaction (psycopg
+    begins it with `BEGIN ISOLATION LEVEL REPEATABLE READ`: no statement of its own)."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(
+            **{_READ_ONLY: True, _SNAPSHOT: True}, isolation_level="REPEATABLE READ"
+        )
     return engine.execution_options(**{_READ_ONLY: True, _SNAPSHOT: True})
 
 
@@ -235,9 +240,6 @@ def _ping_if_idle(dialect: Any, dbapi_connection: Any, record: Any, _proxy: Any)
 
 def _begin_postgres(conn: Any) -> None:
     options = conn.get_execution_options()
-    if options.get(_SNAPSHOT):
-        # Before the transaction's first query, as PostgreSQL requires.
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     if options.get(_LAZY):
         # For this transaction only: the server acknowledges the commit before its WAL
         # record is flushed (it flushes it within wal_writer_delay, or with the next
