@@ -395,7 +395,8 @@ WHY = {
     "10%, not worth a server-side function and a second commit path. What it had that was "
     "worth taking: a ping at every checkout of a pooled connection (9 round trips of a write: "
     "now only after half a second idle), a BEGIN and ROLLBACK around every read (reads now "
-    "run in autocommit) and a `SET TRANSACTION` before each view (now its BEGIN's). From here the write is CPU, as on SQLite (see the write above).",
+    "run in autocommit) and a `SET TRANSACTION` before each view (now its BEGIN's). From "
+    "here the write is CPU, as on SQLite (see the write above).",
     "mixed": "the one write in ten waits for a person (4 commits, its pause and its resume): "
     "at N=100 it costs as much as seven reads. The sandbox sets the ceiling: the same code in "
     "Lockgate's sandbox with no database at all (case 2) costs {sandbox} ms per call, so a "
