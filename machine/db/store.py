@@ -7,9 +7,11 @@ Each `commit` is ONE transaction. Every change becomes
 
 with (source, dest) checked against the spec first, and a change that touches no row turns
 the whole transaction into a `Conflict`. New rows may be inserted in the same transaction,
-and only in their lifecycle's initial state; writes outside the lifecycles that must commit
-with the transition or not at all (`StoreWrite`, e.g. removing an approver in the commit that
-signs them out) run in it too.
+and only in their lifecycle's initial state; a change of a row inserted in the same
+transaction is made on the values inserted instead (nobody else can see the row in between;
+the same version and status check, on those values), and logged as any other. Writes outside
+the lifecycles that must commit with the transition or not at all (`StoreWrite`, e.g.
+removing an approver in the commit that signs them out) run in it too.
 """
 
 from __future__ import annotations
