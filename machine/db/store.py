@@ -231,8 +231,12 @@ class SqlStore:
         self.specs = MACHINES if specs is None else specs
         self._edges = declared_edges(self.specs)
         lazy = lazy_commits(engine)  # for commits that do not wait for the disk
-        on_sqlite = engine.dialect.name == "sqlite" and sqlite_file(str(engine.url)) is not None
-        grouped = GroupCommit(engine, lazy) if on_sqlite else None
+        database = sqlite_file(str(engine.url)) if engine.dialect.name == "sqlite" else None
+        grouped = (
+            GroupCommit(engine, lazy, database.with_name(database.name + "-writer"))
+            if database is not None
+            else None
+        )
         #: How commits reach the database: grouped on a SQLite file (`GroupCommit`).
         self.committer: Committer = grouped or SoloCommit(engine, lazy)
         # The few writes outside the lifecycles take the same writer lock.

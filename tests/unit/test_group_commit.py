@@ -4,6 +4,9 @@ the disk when any of its commits must."""
 
 from __future__ import annotations
 
+import fcntl
+import multiprocessing
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -182,3 +185,63 @@ def test_a_write_outside_the_lifecycles_queues_for_the_same_writer(store: SqlSto
         assert store.keys.get("k1") is None
     adding.join(timeout=30)
     assert store.keys.get("k1") is not None
+
+
+def _commit_in_child(store: SqlStore, go: Any, starting: Any, committed: Any) -> None:
+    store.engine.dispose(close=False)  # the parent's pooled connections stay the parent's
+    assert go.wait(timeout=30)
+    starting.set()
+    store.commit((), (instance_row("from-the-child"),))
+    committed.set()
+
+
+def test_another_process_on_the_file_waits_for_the_writer_and_goes_on_when_it_lets_go(
+    store: SqlStore,
+) -> None:
+    # The workers of one `lockgate serve` are processes forked from one parent. While one
+    # holds the writer's turn, another's commit waits for it on the file lock (and is woken
+    # when it is let go, not by SQLite's busy handler on a timer): also when it inherited the
+    # store, and so the lock's descriptor, across the fork.
+    store.commit((), (instance_row("before-the-fork"),))  # the lock file is open
+    context = multiprocessing.get_context("fork")
+    go, starting, committed = context.Event(), context.Event(), context.Event()
+    child = context.Process(target=_commit_in_child, args=(store, go, starting, committed))
+    child.start()
+    try:
+        with committer(store).writer:
+            go.set()
+            assert starting.wait(timeout=30)
+            assert not committed.wait(timeout=0.5), "the child committed while the writer was held"
+        assert committed.wait(timeout=30)
+    finally:
+        go.set()
+        child.join(timeout=30)
+    assert child.exitcode == 0
+    assert "from-the-child" in names(store)
+
+
+def test_a_group_holds_the_file_lock_while_its_statements_run(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    # What other processes on the file wait on: taken around the group's transaction only.
+    lock_file = tmp_path / "lockgate.db-writer"
+    held_during: list[bool] = []
+
+    def probe(_conn: Any) -> None:
+        fd = os.open(lock_file, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held_during.append(True)
+        else:
+            held_during.append(False)
+        finally:
+            os.close(fd)
+
+    committer(store).commit(probe, wait_for_disk=False)
+    assert held_during == [True]
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once the commit is done
+    finally:
+        os.close(fd)
