@@ -160,7 +160,11 @@ class ExecutionQueries(Queries):
         A line carries only what a view shows (not the call's arguments or result, which
         would be decoded for every call an execution ever made, at every view of it); the
         arguments' preview only for the call the execution is paused on."""
-        with self._snapshots.connect() as conn:
+        # Ended by a COMMIT, not the pool's ROLLBACK: psycopg forgets every statement it
+        # prepared on the connection at a rollback (and has the server deallocate them), so
+        # a view at every execution's end kept the commits' statements from ever staying
+        # prepared. For a transaction that wrote nothing, the two are the same.
+        with self._snapshots.begin() as conn:
             row = first(models(conn, Execution, by_key(Execution), {"key": execution_id}))
             if row is None:
                 return None

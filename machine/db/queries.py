@@ -85,11 +85,6 @@ class Queries:
         readable once the session closes, as with `SqlStore.session`."""
         return Session(self._reads, expire_on_commit=False)
 
-    def _snapshot(self) -> Session:
-        """A session whose reads all see one moment (`snapshot_reader`), for a read of
-        several statements that must agree with each other."""
-        return Session(self._snapshots, expire_on_commit=False)
-
     def _get(self, model: type[Row], key: object) -> Row | None:
         """The row of `model` whose primary key is `key`, or None (a read of its own)."""
         return first(self._models(model, by_key(model), {"key": key}))

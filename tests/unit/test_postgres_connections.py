@@ -55,3 +55,34 @@ def test_an_execution_after_postgresql_dropped_the_idle_connections_runs(
         runtime.engine.execute("alice", "3")
     third = runtime.engine.execute("alice", "3")
     assert (third.status, third.result) == (ExecutionStatus.COMPLETED, 3)
+
+
+def _prepared_statements(runtime: Runtime) -> list[int]:
+    """How many statements each of the pool's idle connections has prepared on the server."""
+    engine = runtime.engine.store.engine
+    held = [engine.connect() for _ in range(engine.pool.checkedin())]  # type: ignore[attr-defined]
+    try:
+        return [
+            int(conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar_one())
+            for conn in held
+        ]
+    finally:
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_statements_run_again_and_again_stay_prepared_across_views(
+    make_runtime: MakeRuntime,
+) -> None:
+    # psycopg prepares a statement on the server once it has run it 5 times on a connection,
+    # and forgets them all when a transaction on it rolls back. Every execution ends with a
+    # view (a REPEATABLE READ read of the row and its calls): ended by a rollback, it threw
+    # the connection's prepared statements away each time, and the commits' statements were
+    # parsed and planned anew at every use.
+    runtime = make_runtime()
+    for n in range(12):
+        view = runtime.engine.execute("alice", f"{n} + 1")
+        assert (view.status, view.result) == (ExecutionStatus.COMPLETED, n + 1)
+    assert max(_prepared_statements(runtime)) >= 5
