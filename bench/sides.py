@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from pydantic import SecretStr
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 
 from bench.tools import BenchSource, reads, writes
-from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.connect import open_engine, reads_only
 from lockgate.machine.engine import Action
 from lockgate.machine.runtime import Runtime
 from lockgate.machine.sandbox import Sandbox
@@ -47,15 +47,17 @@ class Side(Protocol):
 
 
 class CommitCounter:
-    """Counts the transactions an engine commits (SQLAlchemy's `commit` event: one per
-    COMMIT sent to the database)."""
+    """Counts the transactions an engine commits that may write (SQLAlchemy's `commit`
+    event: one per COMMIT sent to the database; a view's read-only transaction, which ends
+    with a COMMIT that writes and flushes nothing, is not one)."""
 
     def __init__(self, engine: Engine) -> None:
         self.count = 0
         event.listen(engine, "commit", self._commit)
 
-    def _commit(self, _conn: object) -> None:
-        self.count += 1
+    def _commit(self, conn: Connection) -> None:
+        if not reads_only(conn):
+            self.count += 1
 
 
 class LockgateSide:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
@@ -91,6 +91,12 @@ def reader(engine: Engine) -> Engine:
     if engine.dialect.name == "postgresql":
         return engine.execution_options(**{_READ_ONLY: True}, isolation_level="AUTOCOMMIT")
     return engine.execution_options(**{_READ_ONLY: True})
+
+
+def reads_only(conn: Connection) -> bool:
+    """Whether `conn` is one of `reader`'s or `snapshot_reader`'s: its transaction, if it
+    has one, writes nothing (a COMMIT ending it writes and flushes nothing)."""
+    return bool(conn.get_execution_options().get(_READ_ONLY))
 
 
 def snapshot_reader(engine: Engine) -> Engine:
