@@ -28,6 +28,7 @@ import fcntl
 import logging
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +67,8 @@ class FileTurn:
         self._path = path
         self._fd: int | None = None
         self._opened_by = 0
+        #: Closes the descriptor when the store is let go (a process may open many stores).
+        self._closer: weakref.finalize[[int], FileTurn] | None = None
 
     def __enter__(self) -> None:
         fd = self._open()
@@ -87,13 +90,16 @@ class FileTurn:
         # Opened by the process that takes it: a descriptor inherited across a fork shares
         # its lock with the parent's, and would exclude nobody.
         if self._fd is None or self._opened_by != os.getpid():
+            if self._closer is not None:
+                self._closer()  # this process's copy of the parent's: closing it frees nothing
             try:
                 self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 log.warning("writers on %s wait in SQLite's busy handler: %s", self._path, exc)
-                self._path = None
+                self._path, self._fd, self._closer = None, None, None
                 return None
             self._opened_by = os.getpid()
+            self._closer = weakref.finalize(self, os.close, self._fd)
         return self._fd
 
 

@@ -5,6 +5,7 @@ the disk when any of its commits must."""
 from __future__ import annotations
 
 import fcntl
+import gc
 import multiprocessing
 import os
 import threading
@@ -245,3 +246,22 @@ def test_a_group_holds_the_file_lock_while_its_statements_run(
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once the commit is done
     finally:
         os.close(fd)
+
+
+def test_a_store_let_go_closes_its_lock_file(tmp_path: Path) -> None:
+    # A process may open many stores over its life (tests, the CLI's commands): each one's
+    # descriptor of the lock file goes with it, so none accumulate.
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    engine = open_engine(f"sqlite:///{tmp_path / 'lockgate.db'}")
+    upgrade(engine)
+    try:
+        SqlStore(engine).commit((), (instance_row("warm"),))  # the pool's connection opened
+        before = open_descriptors()
+        for n in range(20):
+            SqlStore(engine).commit((), (instance_row(f"instance-{n}"),))
+        gc.collect()
+        assert open_descriptors() <= before
+    finally:
+        engine.dispose()
