@@ -197,12 +197,18 @@ class GroupCommit:
                 if len(group) == 1:
                     group[0].statements(conn)
                 else:
+                    # The savepoints on the driver's connection, not `begin_nested`: the same
+                    # three statements, but SQLAlchemy's nested transactions cost 125 us of
+                    # Python a commit (3 us here), all of it while the file's writer waits.
+                    raw = conn.connection.driver_connection
                     for n, queued in enumerate(group):
+                        raw.execute("SAVEPOINT lockgate_commit")
                         try:
-                            with conn.begin_nested():
-                                queued.statements(conn)
+                            queued.statements(conn)
                         except Exception as exc:  # that commit's own refusal: its alone
+                            raw.execute("ROLLBACK TO SAVEPOINT lockgate_commit")
                             failed[n] = exc
+                        raw.execute("RELEASE SAVEPOINT lockgate_commit")
         except Exception as exc:
             # Nothing of the group committed (a single commit's refusal, or the COMMIT).
             for queued in group:

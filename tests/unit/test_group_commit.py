@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from lockgate.machine.db.connect import open_engine
@@ -265,3 +266,23 @@ def test_a_store_let_go_closes_its_lock_file(tmp_path: Path) -> None:
         assert open_descriptors() <= before
     finally:
         engine.dispose()
+
+
+def test_a_commit_the_database_refuses_in_a_group_fails_alone(store: SqlStore) -> None:
+    # A unique key refused by SQLite itself, not by the store's version check: the rest of
+    # the group still commits, and nothing of the refused commit is kept.
+    taken = instance_row("taken")
+    store.commit((), (taken,))
+    again = instance_row("taken-again")
+    again.id = taken.id
+    outcomes = together(
+        store,
+        [
+            lambda: store.commit((), (instance_row("before"),)),
+            lambda: store.commit((), (instance_row("with-the-duplicate"), again)),
+            lambda: store.commit((), (instance_row("after"),)),
+        ],
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], IntegrityError)
+    assert names(store) == {"taken", "before", "after"}
