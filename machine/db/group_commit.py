@@ -32,8 +32,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
@@ -75,12 +74,7 @@ class FileTurn:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits with the GIL released
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         if self._fd is not None and self._opened_by == os.getpid():
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -120,14 +114,9 @@ class WriterLock:
             self.threads.release()
             raise
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         try:
-            self.file.__exit__(kind, error, trace)
+            self.file.__exit__()
         finally:
             self.threads.release()
 
@@ -200,7 +189,7 @@ class GroupCommit:
                     # The savepoints on the driver's connection, not `begin_nested`: the same
                     # three statements, but SQLAlchemy's nested transactions cost 125 us of
                     # Python a commit (3 us here), all of it while the file's writer waits.
-                    raw = conn.connection.driver_connection
+                    raw: Any = conn.connection.driver_connection
                     for n, queued in enumerate(group):
                         raw.execute("SAVEPOINT lockgate_commit")
                         try:
