@@ -1,7 +1,9 @@
 """Case 4: commits and fsyncs per execution with N calls, counted, not estimated.
 
-Commits are SQLAlchemy `commit` events on the side's engine (every COMMIT sent, reads'
-transactions included). Fsyncs are the disk's side of it:
+Commits are SQLAlchemy `commit` events on the side's engine (`bench.sides.CommitCounter`):
+for Lockgate those of transactions that may write (a view's read-only transaction ends with
+a COMMIT that writes and flushes nothing), for DBOS every COMMIT sent, its reads' included.
+Fsyncs are the disk's side of it:
 
 - SQLite: the process is run under `strace -f` and the `fsync`/`fdatasync` calls between two
   markers (a `stat` of a path that does not exist, made just before and just after the
