@@ -59,7 +59,8 @@ class FileTurn:
 
     Taken right before a write transaction begins and let go right after it ends, it orders
     writers as SQLite's lock does, so it adds no new way to deadlock. If the file cannot be
-    opened (a read-only folder), the process goes on with the busy handler alone.
+    opened (a read-only folder, a symbolic link in its place), the process goes on with the
+    busy handler alone.
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -87,7 +88,10 @@ class FileTurn:
             if self._closer is not None:
                 self._closer()  # this process's copy of the parent's: closing it frees nothing
             try:
-                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # Not through a link: one planted in the database's folder would have the
+                # server create and lock a file wherever it points.
+                flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                self._fd = os.open(self._path, flags, 0o600)
             except OSError as exc:
                 log.warning("writers on %s wait in SQLite's busy handler: %s", self._path, exc)
                 self._path, self._fd, self._closer = None, None, None

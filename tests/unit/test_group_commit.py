@@ -286,3 +286,21 @@ def test_a_commit_the_database_refuses_in_a_group_fails_alone(store: SqlStore) -
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], IntegrityError)
     assert names(store) == {"taken", "before", "after"}
+
+
+def test_a_symlink_in_place_of_the_lock_file_is_not_followed(tmp_path: Path) -> None:
+    # Whoever can write in the database's folder must not make the server create (or lock)
+    # a file elsewhere by planting a link where the lock file goes: the link is refused, and
+    # writers wait in SQLite's busy handler instead, as they did before the lock file.
+    elsewhere = tmp_path / "elsewhere" / "planted"
+    elsewhere.parent.mkdir()
+    (tmp_path / "lockgate.db-writer").symlink_to(elsewhere)
+    engine = open_engine(f"sqlite:///{tmp_path / 'lockgate.db'}")
+    upgrade(engine)
+    try:
+        store = SqlStore(engine)
+        store.commit((), (instance_row("through-the-busy-handler"),))
+        assert not elsewhere.exists()
+        assert names(store) == {"through-the-busy-handler"}
+    finally:
+        engine.dispose()
