@@ -120,6 +120,12 @@ def lazy_commits(engine: Engine) -> Engine:
     return engine.execution_options(**{_LAZY: True})
 
 
+def lazy_from_now(conn: Connection, lazy: bool) -> None:
+    """Whether the transactions `conn` begins from now on return before the disk has them
+    (as `lazy_commits`, for a connection kept from one commit to the next)."""
+    conn.execution_options(**{_LAZY: lazy})
+
+
 def _synchronous(conn: Any, raw: Any, lazy: bool) -> None:
     """Set the connection's `synchronous` for the transaction about to begin (a pragma that
     cannot change inside one), only when it differs from what it is."""

@@ -233,7 +233,7 @@ class SqlStore:
         lazy = lazy_commits(engine)  # for commits that do not wait for the disk
         database = sqlite_file(str(engine.url)) if engine.dialect.name == "sqlite" else None
         grouped = (
-            GroupCommit(engine, lazy, database.with_name(database.name + "-writer"))
+            GroupCommit(engine, database.with_name(database.name + "-writer"))
             if database is not None
             else None
         )

@@ -4,6 +4,7 @@ the disk when any of its commits must."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import multiprocessing
@@ -304,3 +305,28 @@ def test_a_symlink_in_place_of_the_lock_file_is_not_followed(tmp_path: Path) -> 
         assert names(store) == {"through-the-busy-handler"}
     finally:
         engine.dispose()
+
+
+def test_a_disposed_engine_leaves_no_connection_to_the_file_open(tmp_path: Path) -> None:
+    # The server disposes its engine before it forks its workers, so that none inherits a
+    # connection to the file; the connection the group commits keep between them goes too.
+    database = tmp_path / "lockgate.db"
+
+    def open_on_file() -> int:
+        fds = Path("/proc/self/fd")
+        links = []
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                links.append(os.readlink(fd))
+        return sum(1 for link in links if link == str(database))
+
+    engine = open_engine(f"sqlite:///{database}")
+    upgrade(engine)
+    store = SqlStore(engine)
+    store.commit((), (instance_row("before"),))
+    engine.dispose()
+    assert open_on_file() == 0
+    store.commit((), (instance_row("after"),))  # the store goes on: a connection opens again
+    assert names(store) == {"before", "after"}
+    engine.dispose()
+    assert open_on_file() == 0
