@@ -9,9 +9,11 @@ here: the SSE event bytes the gate writes, and the drain signal a response ends 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -56,13 +58,40 @@ def _answers(message: Any, request_id: JsonValue) -> bool:
 
 
 class DrainSignal:
-    """Set once the process starts draining (SIGTERM); waited on by open requests."""
+    """Set once the process starts draining (SIGTERM): open requests' cancel scopes are
+    cancelled (`cancels`), open streams wait on it (`wait`)."""
 
     def __init__(self) -> None:
         self.flag = threading.Event()
+        #: The scopes to cancel, touched on the event loop's thread only.
+        self._scopes: set[anyio.CancelScope] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def trigger(self) -> None:
+        """From any thread, or a signal handler: the scopes are cancelled on the loop."""
         self.flag.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._cancel_all)
+
+    def _cancel_all(self) -> None:
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    @contextlib.contextmanager
+    def cancels(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """Cancel `scope` when the drain starts (at once if it has), while in the block."""
+        # Set before the flag is read: a trigger in between finds the loop and cancels
+        # the scope added below, on this thread, after this block has begun.
+        self._loop = asyncio.get_running_loop()
+        self._scopes.add(scope)
+        if self.flag.is_set():
+            scope.cancel()
+        try:
+            yield
+        finally:
+            self._scopes.discard(scope)
 
     async def wait(self) -> None:
         # The flag is set from a signal handler's thread; a short poll keeps this free of

@@ -237,7 +237,7 @@ class SessionGate:
             )
             return
         replayed = False
-        gone = anyio.Event()
+        watcher: OwedResponse | None = None
 
         async def replay() -> Message:
             nonlocal replayed
@@ -247,8 +247,8 @@ class SessionGate:
                     return {"type": "http.disconnect"}
                 return {"type": "http.request", "body": body, "more_body": False}
             message = await receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
+            if message["type"] == "http.disconnect" and watcher is not None:
+                watcher.client_gone = True
             return message
 
         is_request = (
@@ -297,7 +297,7 @@ class SessionGate:
             request_id: JsonValue = request["id"]
             watcher = OwedResponse(self.ledger, owed, request_id, send, notices, end)
             try:
-                await self._answer(scope, replay, watcher, gone)
+                await self._answer(scope, replay, watcher)
             except anyio.get_cancelled_exc_class():
                 # The server cancelled this request (a shutdown past its grace period):
                 # nothing written now is sure to reach the client, so an id not settled yet
@@ -313,30 +313,20 @@ class SessionGate:
                 with anyio.CancelScope(shield=True):
                     await to_thread.run_sync(end)
 
-    async def _answer(
-        self, scope: Scope, replay: Receive, watcher: OwedResponse, gone: anyio.Event
-    ) -> None:
+    async def _answer(self, scope: Scope, replay: Receive, watcher: OwedResponse) -> None:
         """The transport answers the request through `watcher`, until it is done, the
         response deadline passes or the server drains."""
         token = stream_ready.set(watcher.ready)
-        async with anyio.create_task_group() as group:
-
-            async def stop_when_due() -> None:
-                with anyio.move_on_after(self.deadline):
-                    await self.drain.wait()
-                group.cancel_scope.cancel()
-
-            async def note_gone() -> None:
-                await gone.wait()
-                watcher.client_gone = True
-
-            group.start_soon(stop_when_due)
-            group.start_soon(note_gone)
-            try:
+        # A cancel scope, not a task group with a task waiting for the deadline or the drain:
+        # the group and its tasks cost about 150 us of the event loop a request, a scope 10.
+        try:
+            with (
+                anyio.CancelScope(deadline=anyio.current_time() + self.deadline) as due,
+                self.drain.cancels(due),
+            ):
                 await self.app(scope, replay, watcher.send)
-            finally:
-                stream_ready.reset(token)
-            group.cancel_scope.cancel()
+        finally:
+            stream_ready.reset(token)
 
     async def _at_session_limit(self, principal: Any, send: Send) -> bool:
         """Refuse a new session when the principal already has its limit of live ones."""

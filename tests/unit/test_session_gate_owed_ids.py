@@ -13,8 +13,9 @@ response under way (left lost), a drain, a client gone (left lost).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -302,6 +303,56 @@ def test_draining_reports_what_an_open_request_owes(make_runtime: MakeRuntime) -
     reply = run(exchange(gate, scope(), call(8)))
     assert one_owed(runtime).status == "reported"
     assert [m["id"] for m in reply.sse()] == [8]
+    assert reply.ended
+
+
+T = TypeVar("T")
+
+
+async def within_seconds(seconds: float, awaited: Awaitable[T]) -> T:
+    """`awaited`, or TimeoutError: what a drain cuts short must not wait for the deadline."""
+    with anyio.fail_after(seconds):
+        return await awaited
+
+
+def test_a_drain_begun_on_another_thread_reports_what_an_open_request_owes(
+    make_runtime: MakeRuntime,
+) -> None:
+    # SIGTERM's handler and the runtime's drain are not on the event loop's thread: the
+    # open request is still cut short and its id reported, not left to its deadline.
+    runtime = make_runtime()
+    opened(runtime)
+    drain = DrainSignal()
+
+    async def script(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        await send({"type": "http.response.body", "body": PRIMING, "more_body": True})
+        threading.Thread(target=drain.trigger).start()
+        await anyio.sleep_forever()
+
+    gate = gate_for(runtime, Transport(script), drain=drain, deadline=3600)
+    reply = run(within_seconds(10, exchange(gate, scope(), call(10))))
+    assert one_owed(runtime).status == "reported"
+    assert [m["id"] for m in reply.sse()] == [10]
+    assert reply.ended
+
+
+def test_a_request_that_arrives_once_the_drain_began_is_reported_at_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = make_runtime()
+    opened(runtime)
+    drain = DrainSignal()
+    drain.trigger()
+
+    async def script(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        await send({"type": "http.response.body", "body": PRIMING, "more_body": True})
+        await anyio.sleep_forever()
+
+    gate = gate_for(runtime, Transport(script), drain=drain, deadline=3600)
+    reply = run(within_seconds(10, exchange(gate, scope(), call(11))))
+    assert one_owed(runtime).status == "reported"
     assert reply.ended
 
 
