@@ -28,6 +28,7 @@ from sqlmodel import Session, SQLModel
 
 from lockgate.machine.db.audit_export_queries import AuditExportQueries
 from lockgate.machine.db.connect import lazy_commits, sqlite_file
+from lockgate.machine.db.driver_statements import driver_statement, sends_to_driver
 from lockgate.machine.db.execution_queries import ExecutionQueries
 from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
 from lockgate.machine.db.inbox_queries import InboxQueries
@@ -218,6 +219,21 @@ def _fold_changes(
     return batches, updated
 
 
+def _send(conn: Connection, statement: Insert | Update, values: Mapping[str, object]) -> int:
+    """Run one of the commit path's statements; the rows it changed."""
+    if sends_to_driver(conn):
+        return driver_statement(statement, conn.dialect, tuple(values)).run(conn, values)
+    return conn.execute(statement, values).rowcount
+
+
+def _send_many(conn: Connection, statement: Insert, rows: Sequence[Mapping[str, object]]) -> None:
+    """Run an insert of the commit path for each of `rows` (all with the same keys)."""
+    if sends_to_driver(conn):
+        driver_statement(statement, conn.dialect, tuple(rows[0])).run_many(conn, rows)
+    else:
+        conn.execute(statement, list(rows))
+
+
 class StoreWrite(Protocol):
     """A write outside the lifecycles, committed in a transition's transaction: both commit
     or neither does. It refuses by raising, which rolls the whole transaction back."""
@@ -291,10 +307,10 @@ class SqlStore:
             for fence, added in zip(fences, growth, strict=True):
                 params: dict[str, object] = {"w_id": fence.record_id, "w_version": fence.version}
                 if fence.machine == "execution":
-                    held = conn.execute(_fence_growing(), {**params, "w_bytes": added})
+                    held = _send(conn, _fence_growing(), {**params, "w_bytes": added})
                 else:
-                    held = conn.execute(_fence(_table(TABLES[fence.machine]).name), params)
-                if held.rowcount != 1:
+                    held = _send(conn, _fence(_table(TABLES[fence.machine]).name), params)
+                if held != 1:
                     raise Conflict(
                         machine=fence.machine,
                         record_id=fence.record_id,
@@ -305,14 +321,15 @@ class SqlStore:
             for extra in writes:
                 extra.write(conn)
             for table_name, batch in batches:
-                conn.execute(_insert(table_name), batch)
+                _send_many(conn, _insert(table_name), batch)
             for change in updated:
                 table = _table(TABLES[change.machine])
                 values: dict[str, object] = dict(change.updates)
                 values.update(status=change.dest, version=change.expected_version + 1)
                 if "updated_at" in table.c:
                     values.setdefault("updated_at", now)
-                result = conn.execute(
+                moved = _send(
+                    conn,
                     _transition(table.name, tuple(sorted(values))),
                     {
                         "w_id": change.record_id,
@@ -321,7 +338,7 @@ class SqlStore:
                         **{f"v_{name}": value for name, value in values.items()},
                     },
                 )
-                if result.rowcount != 1:
+                if moved != 1:
                     # Raising rolls every change of this commit back.
                     raise Conflict(
                         machine=change.machine,
@@ -329,7 +346,8 @@ class SqlStore:
                         expected_version=change.expected_version,
                     )
             if changes:
-                conn.execute(
+                _send_many(
+                    conn,
                     _insert(_LOG.name),
                     [
                         {
