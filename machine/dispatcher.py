@@ -25,6 +25,7 @@ from lockgate.machine.call_outcomes import REFUSED as REFUSED
 from lockgate.machine.call_outcomes import Action as Action
 from lockgate.machine.call_outcomes import arguments_too_large, settled_outcome
 from lockgate.machine.call_pauses import CallPauses, Opening
+from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.errors import GuardRefused
@@ -165,7 +166,8 @@ class Dispatcher:
                 )
             return self.advance(ex, record_of(existing), suspended.snapshot, carried)
         now = self.clock()
-        row = ToolCall(
+        row = new_row(
+            ToolCall,
             id=call_id,
             execution_id=ex.id,
             seq=seq,

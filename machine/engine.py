@@ -30,6 +30,7 @@ from lockgate.machine.approval_grants import grant_of
 from lockgate.machine.call_answers import CallAnswers, NotApproval
 from lockgate.machine.db.errors import ConstraintViolation
 from lockgate.machine.db.execution_queries import LiveUnder
+from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import Execution
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.dispatcher import Action, Dispatcher, ExecutionRecord, record_of
@@ -165,7 +166,8 @@ class Engine:
         if len(code) > self.settings.max_code_chars:
             raise InvalidExecutionInput(code_too_long(len(code), self.settings.max_code_chars))
         now = self.clock()
-        return Execution(
+        return new_row(
+            Execution,
             id=uuid.uuid4().hex,
             principal_id=principal_id,
             session_id=session_id,

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
+from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import OwedRequest
 from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES
 from lockgate.machine.db.store import SqlStore
@@ -93,7 +94,8 @@ class Ledger:
         self, session_id: str, request_id: JsonValue, method: str, execution_id: str | None
     ) -> OwedRecord:
         """Record that this incarnation owes an answer to `request_id` on the session."""
-        row = OwedRequest(
+        row = new_row(
+            OwedRequest,
             id=uuid.uuid4().hex,
             session_id=session_id,
             request_id=request_id,

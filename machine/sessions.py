@@ -18,6 +18,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
+from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import Session
 from lockgate.machine.db.session_queries import LIVE_SESSION_STATUSES, SessionsUnder
 from lockgate.machine.db.store import SqlStore
@@ -104,7 +105,8 @@ class Sessions:
         With `limit`, only while the principal has fewer live sessions than that, counted in
         the insert's transaction (`SessionLimitReached` otherwise)."""
         now = self.clock()
-        row = Session(
+        row = new_row(
+            Session,
             id=session_id,
             principal_id=principal,
             status=SessionStatus.ACTIVE.value,
