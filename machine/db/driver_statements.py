@@ -1,19 +1,23 @@
-"""The commit path's statements sent to SQLite's driver directly.
+"""The store's statements sent to SQLite's driver directly.
 
 SQLAlchemy's execution of a statement already compiled (its execution context, parameter
 handling, result object and events) costs about 40 us of Python on top of SQLite's own
-12 us for an insert into the transition log, and a request's commits send a dozen such
-statements, all while the file's writer lock is held. Here each statement the store builds
-once is compiled once more for the driver: its SQL, the order of its parameters, and the
-bind processors SQLAlchemy itself would apply to each value (a datetime as SQLite's text, a
-JSON value serialised); sending it is then one call on the driver's connection, inside the
-transaction SQLAlchemy began. Written by hand because SQLAlchemy has no public way to skip
-its per-execution machinery for a statement it has compiled.
+12 us for an insert into the transition log, and a request's commits and reads send about
+twenty such statements, the commits' while the file's writer lock is held. Here each
+statement the store builds once is compiled once more for the driver: its SQL, the order of
+its parameters, the bind processors SQLAlchemy itself would apply to each value (a datetime
+as SQLite's text, a JSON value serialised) and, for a select, the result processors it would
+apply to each column read (the text back to an aware datetime, the JSON parsed); sending it
+is then one call on the driver's connection, inside whatever transaction SQLAlchemy began.
+Written by hand because SQLAlchemy has no public way to skip its per-execution machinery for
+a statement it has compiled.
 
-On SQLite only, for the commit path's inserts and updates (`SqlStore.commit`): PostgreSQL's
-statements go through SQLAlchemy as before (psycopg prepares them on the server after a few
-runs, and that path is measured on its own). Statements sent this way pass no SQLAlchemy
-`before_cursor_execute` event; SQLite's own trace (`set_trace_callback`) sees them.
+On SQLite only: the commit path's inserts and updates (`SqlStore.commit`) and the reads of
+rows (`queries.models`, `queries.rows`). A statement whose parameters SQLAlchemy expands at
+each execution (an `IN` list) goes through SQLAlchemy, as every statement does on
+PostgreSQL (psycopg prepares them on the server after a few runs, and that path is measured
+on its own). Statements sent this way pass no SQLAlchemy `before_cursor_execute` event;
+SQLite's own trace (`set_trace_callback`) sees them.
 """
 
 from __future__ import annotations
@@ -23,30 +27,51 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Update
+from sqlalchemy import Connection, Insert, Select, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
 Processor = Callable[[Any], Any] | None
 
 
+class Unsupported(Exception):
+    """A statement the driver cannot be sent directly (parameters SQLAlchemy expands at
+    each execution, `IN` lists): it goes through SQLAlchemy."""
+
+
 class DriverStatement:
     """One statement compiled for the driver, for one set of parameter names."""
 
-    def __init__(self, statement: Insert | Update, dialect: Dialect, keys: Sequence[str]):
+    def __init__(
+        self, statement: Insert | Update | Select[Any], dialect: Dialect, keys: Sequence[str]
+    ):
         # An insert's columns are the keys it is given; an update's are in the statement.
         columns = list(keys) if isinstance(statement, Insert) else None
         compiled = statement.compile(dialect=dialect, column_keys=columns)
         if compiled.positiontup is None:
-            raise ValueError(f"{dialect.name} does not take positional parameters")
+            raise Unsupported(f"{dialect.name} does not take positional parameters")
+        if any(b.expanding or b.literal_execute for b in compiled.binds.values()):
+            raise Unsupported("its parameters are expanded at each execution")
         self.sql = compiled.string
         self.names = tuple(compiled.positiontup)
         self.processors: tuple[Processor, ...] = tuple(
             compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)
             for name in self.names
         )
+        #: Values the statement carries itself (a literal in a `CASE`, a `LIMIT`).
+        self.fixed = {
+            name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+        }
+        #: A select's columns, by name, and how each value read is converted.
+        selected = statement.selected_columns if isinstance(statement, Select) else ()
+        self.columns = tuple(column.name for column in selected)
+        self.results: tuple[Processor, ...] = tuple(
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in selected
+        )
 
     def parameters(self, values: Mapping[str, object]) -> list[object]:
+        if self.fixed:
+            values = {**self.fixed, **values}
         return [
             value if process is None else process(value)
             for value, process in zip(
@@ -66,6 +91,19 @@ class DriverStatement:
         with _as_sqlalchemy_error(conn, self.sql, parameters):
             _driver(conn).executemany(self.sql, parameters)
 
+    def rows(self, conn: Connection, values: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        """A select's rows, each value converted as SQLAlchemy's result would."""
+        parameters = self.parameters(values)
+        with _as_sqlalchemy_error(conn, self.sql, parameters):
+            found: list[tuple[Any, ...]] = _driver(conn).execute(self.sql, parameters).fetchall()
+        results = self.results
+        if not any(results):
+            return found
+        return [
+            tuple(v if p is None else p(v) for v, p in zip(row, results, strict=True))
+            for row in found
+        ]
+
 
 def _driver(conn: Connection) -> Any:
     return conn.connection.driver_connection
@@ -82,24 +120,29 @@ def _as_sqlalchemy_error(conn: Connection, sql: str, parameters: Sequence[Any]) 
         raise DBAPIError.instance(sql, parameters, exc, base, dialect=conn.dialect) from exc
 
 
-_compiled: dict[tuple[int, tuple[str, ...]], tuple[Insert | Update, DriverStatement]] = {}
+_compiled: dict[tuple[int, str, tuple[str, ...]], tuple[object, DriverStatement | None]] = {}
 _compiling = threading.Lock()
 
 
 def driver_statement(
-    statement: Insert | Update, dialect: Dialect, keys: Sequence[str]
-) -> DriverStatement:
-    """`statement` compiled for the driver once per set of parameter names. Only for
-    statements built once and kept (the store's `@cache`d builders): the cache holds them."""
-    key = (id(statement), tuple(keys))
+    statement: Insert | Update | Select[Any], dialect: Dialect, keys: Sequence[str] = ()
+) -> DriverStatement | None:
+    """`statement` compiled for the driver once per set of parameter names (None: it goes
+    through SQLAlchemy, see `Unsupported`). Only for statements built once and kept (the
+    store's `@cache`d builders): the cache holds them."""
+    key = (id(statement), dialect.name, tuple(keys))
     found = _compiled.get(key)
     if found is None or found[0] is not statement:
         with _compiling:
-            found = (statement, DriverStatement(statement, dialect, keys))
+            try:
+                compiled: DriverStatement | None = DriverStatement(statement, dialect, keys)
+            except Unsupported:
+                compiled = None
+            found = (statement, compiled)
             _compiled[key] = found
     return found[1]
 
 
 def sends_to_driver(conn: Connection) -> bool:
-    """Whether the commit path's statements go to `conn`'s driver directly (SQLite)."""
+    """Whether the store's statements go to `conn`'s driver directly (SQLite)."""
     return conn.dialect.name == "sqlite"

@@ -19,7 +19,7 @@ from sqlalchemy import select as core_select
 from sqlmodel import col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from lockgate.machine.db.queries import Queries, by_key, first, models
+from lockgate.machine.db.queries import Queries, by_key, first, models, rows
 from lockgate.machine.db.schema import Execution, ToolCall, live_executions
 from lockgate.spec import ExecutionStatus as E
 
@@ -171,8 +171,8 @@ class ExecutionQueries(Queries):
             paused_on = row.snapshot_call if row.status == E.WAITING_FOR_INTERACTION else None
             lines = [
                 CallLine(seq, tool, status, preview, asked)
-                for seq, tool, status, preview, asked in conn.execute(
-                    _call_lines(), {"execution_id": execution_id, "paused_on": paused_on}
+                for seq, tool, status, preview, asked in rows(
+                    conn, _call_lines(), {"execution_id": execution_id, "paused_on": paused_on}
                 )
             ]
         return row, lines

@@ -221,15 +221,21 @@ def _fold_changes(
 
 def _send(conn: Connection, statement: Insert | Update, values: Mapping[str, object]) -> int:
     """Run one of the commit path's statements; the rows it changed."""
-    if sends_to_driver(conn):
-        return driver_statement(statement, conn.dialect, tuple(values)).run(conn, values)
+    sent = (
+        driver_statement(statement, conn.dialect, tuple(values)) if sends_to_driver(conn) else None
+    )
+    if sent is not None:
+        return sent.run(conn, values)
     return conn.execute(statement, values).rowcount
 
 
 def _send_many(conn: Connection, statement: Insert, rows: Sequence[Mapping[str, object]]) -> None:
     """Run an insert of the commit path for each of `rows` (all with the same keys)."""
-    if sends_to_driver(conn):
-        driver_statement(statement, conn.dialect, tuple(rows[0])).run_many(conn, rows)
+    sent = (
+        driver_statement(statement, conn.dialect, tuple(rows[0])) if sends_to_driver(conn) else None
+    )
+    if sent is not None:
+        sent.run_many(conn, rows)
     else:
         conn.execute(statement, list(rows))
 

@@ -1,6 +1,8 @@
 """The commit path's statements sent to SQLite's driver directly
 (`machine.db.driver_statements`): what they store is byte for byte what SQLAlchemy would
-have stored, and the database's refusals reach callers as SQLAlchemy's errors."""
+have stored, and the database's refusals reach callers as SQLAlchemy's errors; and the rows
+they insert, made without the ORM's instrumentation (`new_row`), hold what their
+constructors would."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session as SqlSession
+from sqlmodel import SQLModel
 
 from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.migrate import upgrade
-from lockgate.machine.db.schema import Execution
+from lockgate.machine.db.queries import new_row
+from lockgate.machine.db.schema import Execution, OwedRequest, Session, ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.records import Change
 
@@ -114,3 +119,84 @@ def test_a_unique_key_the_database_refuses_is_sqlalchemys_integrity_error(
     with pytest.raises(IntegrityError):
         store.commit((), (execution("taken"),))
     assert store.executions.get("taken") is not None
+
+
+@pytest.mark.parametrize("model", [Execution, OwedRequest, ToolCall, Session])
+def test_a_new_row_holds_what_its_constructor_would(model: type[SQLModel]) -> None:
+    # `new_row` skips the ORM's instrumentation and pydantic's `__setattr__` (120 us for an
+    # execution's row), not a value: defaults included, it is the row `model(...)` makes.
+    given = REQUIRED[model]
+    table = model.__table__  # type: ignore[attr-defined]
+    made, built = model(**given), new_row(model, **given)
+    assert {c.name: getattr(built, c.name) for c in table.columns} == {
+        c.name: getattr(made, c.name) for c in table.columns
+    }
+    with pytest.raises(TypeError, match="missing"):
+        new_row(model, **{k: v for k, v in given.items() if k != "id"})
+    with pytest.raises(TypeError, match="unknown"):
+        new_row(model, **given, no_such_column=1)
+
+
+REQUIRED: dict[type[SQLModel], dict[str, Any]] = {
+    Execution: {
+        "id": "e1",
+        "principal_id": "p",
+        "status": "pending",
+        "code": "1",
+        "created_at": AT,
+        "updated_at": AT,
+    },
+    OwedRequest: {
+        "id": "o1",
+        "session_id": "s",
+        "request_id": 7,
+        "method": "tools/call",
+        "status": "owed",
+        "incarnation": 3,
+        "created_at": AT,
+    },
+    ToolCall: {
+        "id": "e1:1",
+        "execution_id": "e1",
+        "seq": 1,
+        "tool": "notes.add",
+        "status": "requested",
+        "created_at": AT,
+        "updated_at": AT,
+    },
+    Session: {
+        "id": "s",
+        "principal_id": "p",
+        "status": "active",
+        "protocol_version": "2025-06-18",
+        "incarnation": 3,
+        "last_activity": AT,
+        "created_at": AT,
+    },
+}
+
+
+def test_a_row_read_through_the_driver_is_the_row_sqlalchemy_reads(store: SqlStore) -> None:
+    store.commit((), (execution("read-back"),))
+    store.commit(
+        [
+            Change(
+                "execution",
+                "read-back",
+                "start",
+                "pending",
+                "running",
+                0,
+                {"outcome": {"result": [1, None]}, "updated_at": AT + timedelta(seconds=1)},
+            )
+        ]
+    )
+    read = store.executions.get("read-back")
+    with SqlSession(store.engine) as orm:
+        expected = orm.get(Execution, "read-back")
+        assert expected is not None and read is not None
+        table = Execution.__table__  # type: ignore[attr-defined]
+        for column in table.columns:
+            assert getattr(read, column.name) == getattr(expected, column.name), column.name
+    assert read.deadline is not None and read.deadline.tzinfo is UTC
+    assert read.snapshot == b"\x00\x01sealed\xff"
