@@ -16,8 +16,8 @@ On SQLite only: the commit path's inserts and updates (`SqlStore.commit`) and th
 rows (`queries.models`, `queries.rows`). A statement whose parameters SQLAlchemy expands at
 each execution (an `IN` list) goes through SQLAlchemy, as every statement does on
 PostgreSQL (psycopg prepares them on the server after a few runs, and that path is measured
-on its own). Statements sent this way pass no SQLAlchemy `before_cursor_execute` event;
-SQLite's own trace (`set_trace_callback`) sees them.
+on its own). While anything listens to SQLAlchemy's statement events, every statement goes
+through SQLAlchemy, so that the listener is told of each.
 """
 
 from __future__ import annotations
@@ -144,5 +144,10 @@ def driver_statement(
 
 
 def sends_to_driver(conn: Connection) -> bool:
-    """Whether the store's statements go to `conn`'s driver directly (SQLite)."""
-    return conn.dialect.name == "sqlite"
+    """Whether the store's statements go to `conn`'s driver directly: on SQLite, unless
+    something listens to SQLAlchemy's statement events (an instrumentation such as
+    OpenTelemetry's, a test watching what is sent), which then sees every statement go
+    through SQLAlchemy, the same SQL."""
+    return conn.dialect.name == "sqlite" and not (
+        conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute
+    )

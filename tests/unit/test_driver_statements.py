@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import event, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session as SqlSession
 from sqlmodel import SQLModel
@@ -200,3 +200,25 @@ def test_a_row_read_through_the_driver_is_the_row_sqlalchemy_reads(store: SqlSto
             assert getattr(read, column.name) == getattr(expected, column.name), column.name
     assert read.deadline is not None and read.deadline.tzinfo is UTC
     assert read.snapshot == b"\x00\x01sealed\xff"
+
+
+def test_a_listener_on_sqlalchemys_statement_events_is_told_of_every_statement(
+    store: SqlStore,
+) -> None:
+    # Instrumentation (OpenTelemetry's for SQLAlchemy, a test watching what is sent) hooks
+    # these events: while one listens, the store's statements go through SQLAlchemy.
+    told: list[str] = []
+
+    def listen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        told.append(" ".join(statement.split()))
+
+    event.listen(store.engine, "before_cursor_execute", listen)
+    try:
+        store.commit((), (execution("watched"),))
+        store.commit([Change("execution", "watched", "start", "pending", "running", 0, {})])
+        assert store.executions.get("watched") is not None
+    finally:
+        event.remove(store.engine, "before_cursor_execute", listen)
+    for sent in ("INSERT INTO executions", "UPDATE executions", "INSERT INTO transition_log"):
+        assert any(statement.startswith(sent) for statement in told), sent
+    assert any(statement.startswith("SELECT executions.") for statement in told)

@@ -355,36 +355,16 @@ def test_a_view_reads_an_execution_and_its_calls_from_one_moment(engine: Engine)
     store.commit([], [call(1)])
     journaled: list[str] = []
 
-    def journal_now() -> None:
-        journaled.append("e1:2")
-        InThread(lambda: store.commit([], [call(2)])).result()
-
-    def journal_after(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+    def journal_between(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
         if not journaled and statement.lstrip().startswith("SELECT executions."):
-            journal_now()
+            journaled.append("e1:2")
+            InThread(lambda: store.commit([], [call(2)])).result()
 
-    def journal_before(statement: str) -> None:
-        # SQLite's own trace: the store sends its reads to the driver, past SQLAlchemy's
-        # events. The calls' read starting means the execution's has been made.
-        if not journaled and statement.lstrip().startswith("SELECT tool_calls."):
-            journal_now()
-
-    def traced(dbapi_connection: Any, _record: object) -> None:
-        dbapi_connection.set_trace_callback(journal_before)
-
-    if engine.dialect.name == "sqlite":
-        engine.dispose()  # every connection from now on is a traced one
-        event.listen(engine, "connect", traced)
-    else:
-        event.listen(engine, "after_cursor_execute", journal_after)
+    event.listen(engine, "after_cursor_execute", journal_between)
     try:
         seen = store.executions.with_calls("e1")
     finally:
-        if engine.dialect.name == "sqlite":
-            event.remove(engine, "connect", traced)
-            engine.dispose()
-        else:
-            event.remove(engine, "after_cursor_execute", journal_after)
+        event.remove(engine, "after_cursor_execute", journal_between)
     assert journaled == ["e1:2"]
     assert seen is not None and [line[0] for line in seen[1]] == [1]
     again = store.executions.with_calls("e1")
