@@ -142,7 +142,7 @@ class LiveUnder:
                 text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                 {"key": f"lockgate:live:{self.principal_id}"},
             )
-        (count,) = conn.execute(_live_count(), {"principal_id": self.principal_id}).one()
+        [(count,)] = rows(conn, _live_count(), {"principal_id": self.principal_id})
         if int(count) >= self.limit:
             raise self.refused()
 

@@ -56,10 +56,13 @@ def _owed_here() -> SelectOfScalar[int]:
 
 
 @cache
-def _of_session() -> SelectOfScalar[OwedRequest]:
+def _of_session(statuses: int) -> SelectOfScalar[OwedRequest]:
+    """A session's entries in one of `statuses` statuses (`:status_0`, ...): one bound
+    parameter each, not a list SQLAlchemy expands at every execution, so that the statement
+    is compiled once (and goes to SQLite's driver as is, `driver_statements`)."""
     return select(OwedRequest).where(
         OwedRequest.session_id == bindparam("session_id"),
-        col(OwedRequest.status).in_(bindparam("statuses", expanding=True)),
+        col(OwedRequest.status).in_([bindparam(f"status_{n}") for n in range(statuses)]),
     )
 
 
@@ -142,8 +145,9 @@ class SessionQueries(Queries):
         """The session's ledger entries in one of `statuses` (unordered; callers sort what
         they show): its lost requests to report or abandon, what is still owed on it, or
         both in one read (index on `owed_requests.session_id`)."""
-        wanted = {"session_id": session_id, "statuses": [str(status) for status in statuses]}
-        return self._models(OwedRequest, _of_session(), wanted)
+        wanted = {"session_id": session_id}
+        wanted.update({f"status_{n}": str(status) for n, status in enumerate(statuses)})
+        return self._models(OwedRequest, _of_session(len(statuses)), wanted)
 
     def all_owed(self) -> list[OwedRequest]:
         """Every entry still owed, whoever owes it: the requests in flight in the whole

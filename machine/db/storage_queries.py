@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, Update, bindparam, delete, func, select, text, update
 from sqlalchemy.sql.elements import ColumnElement
 
-from lockgate.machine.db.queries import Queries
+from lockgate.machine.db.queries import Queries, rows
 from lockgate.machine.db.schema import (
     Execution,
     ToolCall,
@@ -89,9 +89,9 @@ class StoredUnder:
                 {"key": f"lockgate:live:{self.principal_id}"},
             )
         principal = {"principal_id": self.principal_id}
-        stored = int(conn.execute(_principal_bytes(), principal).scalar_one())
-        if stored >= self.limit:
-            raise self.refused(stored)
+        [(stored,)] = rows(conn, _principal_bytes(), principal)
+        if int(stored) >= self.limit:
+            raise self.refused(int(stored))
 
 
 def _chunks(ids: Sequence[str]) -> list[Sequence[str]]:
