@@ -122,6 +122,9 @@ def _as_sqlalchemy_error(conn: Connection, sql: str, parameters: Sequence[Any]) 
 
 _compiled: dict[tuple[int, str, tuple[str, ...]], tuple[object, DriverStatement | None]] = {}
 _compiling = threading.Lock()
+#: The store builds a few dozen statements; a caller that built one at each call would
+#: otherwise grow the cache (and keep its statements) without end.
+MAX_COMPILED = 1024
 
 
 def driver_statement(
@@ -139,6 +142,8 @@ def driver_statement(
             except Unsupported:
                 compiled = None
             found = (statement, compiled)
+            if len(_compiled) >= MAX_COMPILED:
+                _compiled.clear()
             _compiled[key] = found
     return found[1]
 

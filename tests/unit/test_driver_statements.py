@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, update
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session as SqlSession
 from sqlmodel import SQLModel
 
+from lockgate.machine.db import driver_statements
 from lockgate.machine.db.connect import open_engine
+from lockgate.machine.db.driver_statements import driver_statement
 from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import Execution, OwedRequest, Session, ToolCall
@@ -222,3 +224,13 @@ def test_a_listener_on_sqlalchemys_statement_events_is_told_of_every_statement(
     for sent in ("INSERT INTO executions", "UPDATE executions", "INSERT INTO transition_log"):
         assert any(statement.startswith(sent) for statement in told), sent
     assert any(statement.startswith("SELECT executions.") for statement in told)
+
+
+def test_statements_built_at_every_call_do_not_grow_the_compiled_cache_without_end(
+    store: SqlStore,
+) -> None:
+    table = Execution.__table__  # type: ignore[attr-defined]
+    for n in range(driver_statements.MAX_COMPILED + 100):
+        built = select(table.c.id).where(table.c.id == bindparam("key"))
+        assert driver_statement(built, store.engine.dialect) is not None, n
+    assert len(driver_statements._compiled) <= driver_statements.MAX_COMPILED
