@@ -19,13 +19,12 @@ from sqlmodel import Session as SqlSession
 from sqlmodel import SQLModel
 
 from lockgate.machine.db import driver_statements
-from lockgate.machine.db.connect import open_engine
 from lockgate.machine.db.driver_statements import driver_statement
-from lockgate.machine.db.migrate import upgrade
 from lockgate.machine.db.queries import new_row
 from lockgate.machine.db.schema import Execution, OwedRequest, Session, ToolCall
 from lockgate.machine.db.store import SqlStore
 from lockgate.machine.records import Change
+from tests.support.sqlite_store import sqlite_store
 
 NAMES = ("id", "idempotency_key")
 AT = datetime(2026, 12, 7, 22, 46, 4, 41982, tzinfo=UTC)
@@ -38,12 +37,8 @@ def database(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(database: Path) -> Iterator[SqlStore]:
-    engine = open_engine(f"sqlite:///{database}")
-    upgrade(engine)
-    try:
-        yield SqlStore(engine)
-    finally:
-        engine.dispose()
+    with sqlite_store(database) as store:
+        yield store
 
 
 def execution(execution_id: str) -> Execution:

@@ -30,16 +30,13 @@ from lockgate.machine.errors import Conflict
 from lockgate.machine.records import Change
 from tests.support.polling import wait_for
 from tests.support.procs.one_commit import instance_row
+from tests.support.sqlite_store import sqlite_store
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SqlStore]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'lockgate.db'}")
-    upgrade(engine)
-    try:
-        yield SqlStore(engine)
-    finally:
-        engine.dispose()
+    with sqlite_store(tmp_path / "lockgate.db") as store:
+        yield store
 
 
 def committer(store: SqlStore) -> GroupCommit:
