@@ -90,9 +90,7 @@ def test_a_row_and_its_transition_are_stored_as_sqlalchemy_stores_them(
     }
     # Through the store: the driver's statements.
     store.commit((), (execution("by-the-store"),))
-    store.commit(
-        [Change("execution", "by-the-store", "start", "pending", "running", 0, updates)]
-    )
+    store.commit([Change("execution", "by-the-store", "start", "pending", "running", 0, updates)])
     # Through SQLAlchemy, the same values.
     values = {c.name: getattr(execution("by-sqlalchemy"), c.name) for c in table.columns}
     with store.engine.begin() as conn:
