@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Select, Update
+from sqlalchemy import Connection, Engine, Insert, Select, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
@@ -82,20 +82,27 @@ class DriverStatement:
     def run(self, conn: Connection, values: Mapping[str, object]) -> int:
         """Send it with `values` on `conn`'s driver connection; the rows it changed."""
         parameters = self.parameters(values)
-        with _as_sqlalchemy_error(conn, self.sql, parameters):
+        with _as_sqlalchemy_error(conn.dialect, self.sql, parameters):
             cursor = _driver(conn).execute(self.sql, parameters)
         return int(cursor.rowcount)
 
     def run_many(self, conn: Connection, rows: Sequence[Mapping[str, object]]) -> None:
         parameters = [self.parameters(row) for row in rows]
-        with _as_sqlalchemy_error(conn, self.sql, parameters):
+        with _as_sqlalchemy_error(conn.dialect, self.sql, parameters):
             _driver(conn).executemany(self.sql, parameters)
 
     def rows(self, conn: Connection, values: Mapping[str, object]) -> list[tuple[Any, ...]]:
         """A select's rows, each value converted as SQLAlchemy's result would."""
+        return self.rows_on(_driver(conn), conn.dialect, values)
+
+    def rows_on(
+        self, driver: Any, dialect: Dialect, values: Mapping[str, object]
+    ) -> list[tuple[Any, ...]]:
+        """`rows` on a driver connection of `dialect`'s taken from the pool without a
+        SQLAlchemy `Connection` around it (`Queries._models`)."""
         parameters = self.parameters(values)
-        with _as_sqlalchemy_error(conn, self.sql, parameters):
-            found: list[tuple[Any, ...]] = _driver(conn).execute(self.sql, parameters).fetchall()
+        with _as_sqlalchemy_error(dialect, self.sql, parameters):
+            found: list[tuple[Any, ...]] = driver.execute(self.sql, parameters).fetchall()
         results = self.results
         if not any(results):
             return found
@@ -110,14 +117,14 @@ def _driver(conn: Connection) -> Any:
 
 
 @contextmanager
-def _as_sqlalchemy_error(conn: Connection, sql: str, parameters: Sequence[Any]) -> Iterator[None]:
+def _as_sqlalchemy_error(dialect: Dialect, sql: str, parameters: Sequence[Any]) -> Iterator[None]:
     """The driver's errors raised as SQLAlchemy raises them (`IntegrityError` for a unique
     key, ...), so that callers see one kind of error whichever way a statement went."""
-    base: type[Exception] = conn.dialect.loaded_dbapi.Error
+    base: type[Exception] = dialect.loaded_dbapi.Error
     try:
         yield
     except base as exc:
-        raise DBAPIError.instance(sql, parameters, exc, base, dialect=conn.dialect) from exc
+        raise DBAPIError.instance(sql, parameters, exc, base, dialect=dialect) from exc
 
 
 _compiled: dict[tuple[int, str, tuple[str, ...]], tuple[object, DriverStatement | None]] = {}
@@ -148,7 +155,7 @@ def driver_statement(
     return found[1]
 
 
-def sends_to_driver(conn: Connection) -> bool:
+def sends_to_driver(conn: Connection | Engine) -> bool:
     """Whether the store's statements go to `conn`'s driver directly: on SQLite, unless
     something listens to SQLAlchemy's statement events (an instrumentation such as
     OpenTelemetry's, a test watching what is sent), which then sees every statement go
