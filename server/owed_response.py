@@ -58,8 +58,8 @@ def _answers(message: Any, request_id: JsonValue) -> bool:
 
 
 class DrainSignal:
-    """Set once the process starts draining (SIGTERM): open requests' cancel scopes are
-    cancelled (`cancels`), open streams wait on it (`wait`)."""
+    """Set once the process starts draining (SIGTERM): the cancel scopes of open requests
+    and streams are cancelled (`cancels`)."""
 
     def __init__(self) -> None:
         self.flag = threading.Event()
@@ -92,12 +92,6 @@ class DrainSignal:
             yield
         finally:
             self._scopes.discard(scope)
-
-    async def wait(self) -> None:
-        # The flag is set from a signal handler's thread; a short poll keeps this free of
-        # loop plumbing and costs nothing measurable next to a request's lifetime.
-        while not self.flag.is_set():
-            await anyio.sleep(0.1)
 
 
 #: Set once the owed response carries what a client needs to resume it (the priming event

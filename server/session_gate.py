@@ -159,15 +159,8 @@ class SessionGate:
     async def _until_drained(
         self, app: ASGIApp, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        async with anyio.create_task_group() as group:
-
-            async def end_on_drain() -> None:
-                await self.drain.wait()
-                group.cancel_scope.cancel()
-
-            group.start_soon(end_on_drain)
+        with anyio.CancelScope() as listening, self.drain.cancels(listening):
             await app(scope, receive, send)
-            group.cancel_scope.cancel()
 
     async def _report_lost(self, session_id: str, send: Send, stream: str | None) -> bool:
         # The client's listening GET and its resuming GET often arrive together after a
