@@ -122,8 +122,10 @@ def lazy_commits(engine: Engine) -> Engine:
 
 def lazy_from_now(conn: Connection, lazy: bool) -> None:
     """Whether the transactions `conn` begins from now on return before the disk has them
-    (as `lazy_commits`, for a connection kept from one commit to the next)."""
-    conn.execution_options(**{_LAZY: lazy})
+    (as `lazy_commits`, for a connection kept from one commit to the next). Its options
+    are changed only when they say otherwise (a change dispatches SQLAlchemy's events)."""
+    if bool(conn.get_execution_options().get(_LAZY)) != lazy:
+        conn.execution_options(**{_LAZY: lazy})
 
 
 def _synchronous(conn: Any, raw: Any, lazy: bool) -> None:

@@ -155,6 +155,17 @@ def driver_statement(
     return found[1]
 
 
+def for_driver(
+    target: Connection | Engine, statement: object, keys: Sequence[str] = ()
+) -> DriverStatement | None:
+    """`statement` as sent to `target`'s driver directly, or None when it goes through
+    SQLAlchemy (not SQLite, something listening, not a select, insert or update, or see
+    `Unsupported`). The one place that decides which way a statement goes."""
+    if not isinstance(statement, (Select, Insert, Update)) or not sends_to_driver(target):
+        return None
+    return driver_statement(statement, target.dialect, keys)
+
+
 def sends_to_driver(conn: Connection | Engine) -> bool:
     """Whether the store's statements go to `conn`'s driver directly: on SQLite, unless
     something listens to SQLAlchemy's statement events (an instrumentation such as

@@ -177,7 +177,6 @@ class GroupCommit:
         # of Python a commit, a quarter of a small one, while the file's writer waits.
         self._conn: Connection | None = None
         self._conn_pid = 0
-        self._lazy: bool | None = None  # what the connection's options say now
         # `Engine.dispose()` closes the connections in the pool, not one kept out of it: this
         # one goes too (the server disposes its engine before it forks its workers, so that
         # none inherits a connection).
@@ -207,10 +206,7 @@ class GroupCommit:
             self._conn_pid = os.getpid()
             # Back to the pool when the store is let go (a process may open many stores).
             weakref.finalize(self, _close_if_mine, self._conn, self._conn_pid)
-            self._lazy = None
-        if self._lazy != (not wait_for_disk):
-            self._lazy = not wait_for_disk
-            lazy_from_now(self._conn, self._lazy)
+        lazy_from_now(self._conn, not wait_for_disk)
         return self._conn
 
     @property

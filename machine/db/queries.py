@@ -12,14 +12,14 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Executable, Select, bindparam, or_
+from sqlalchemy import Connection, Engine, Executable, bindparam, or_
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, SQLModel, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from lockgate.machine.db.connect import reader, snapshot_reader
-from lockgate.machine.db.driver_statements import driver_statement, sends_to_driver
+from lockgate.machine.db.driver_statements import for_driver
 
 Row = TypeVar("Row", bound=SQLModel)
 
@@ -94,11 +94,7 @@ def models(
     """The `model` rows `statement` (a `select(model)`) reads on `conn`. Through Core, not an
     ORM session: a read of one row by primary key cost 0.30 ms through the ORM and 0.17 ms
     this way, and every request makes several."""
-    sent = (
-        driver_statement(statement, conn.dialect)
-        if sends_to_driver(conn) and isinstance(statement, Select)
-        else None
-    )
+    sent = for_driver(conn, statement)
     if sent is not None:  # SQLite: past SQLAlchemy's execution machinery (50 us a read)
         build = _builder(model, sent.columns)
         return [build(values) for values in sent.rows(conn, params or {})]
@@ -111,11 +107,7 @@ def rows(
     conn: Connection, statement: Executable, params: Mapping[str, object] | None = None
 ) -> list[tuple[Any, ...]]:
     """What a select of columns (not of a model) reads on `conn`, row by row."""
-    sent = (
-        driver_statement(statement, conn.dialect)
-        if sends_to_driver(conn) and isinstance(statement, Select)
-        else None
-    )
+    sent = for_driver(conn, statement)
     if sent is not None:
         return sent.rows(conn, params or {})
     return [tuple(row) for row in conn.execute(statement, params or {})]
@@ -148,11 +140,7 @@ class Queries:
         self, model: type[Row], statement: Executable, params: Mapping[str, object] | None = None
     ) -> list[Row]:
         """The `model` rows a `select(model)` reads, as a read of its own (see `models`)."""
-        sent = (
-            driver_statement(statement, self.engine.dialect)
-            if sends_to_driver(self.engine) and isinstance(statement, Select)
-            else None
-        )
+        sent = for_driver(self.engine, statement)
         if sent is None:
             with self._reads.connect() as conn:
                 return models(conn, model, statement, params)

@@ -28,7 +28,7 @@ from sqlmodel import Session, SQLModel
 
 from lockgate.machine.db.audit_export_queries import AuditExportQueries
 from lockgate.machine.db.connect import lazy_commits, sqlite_file
-from lockgate.machine.db.driver_statements import driver_statement, sends_to_driver
+from lockgate.machine.db.driver_statements import for_driver
 from lockgate.machine.db.execution_queries import ExecutionQueries
 from lockgate.machine.db.group_commit import Committer, GroupCommit, SoloCommit
 from lockgate.machine.db.inbox_queries import InboxQueries
@@ -221,9 +221,7 @@ def _fold_changes(
 
 def _send(conn: Connection, statement: Insert | Update, values: Mapping[str, object]) -> int:
     """Run one of the commit path's statements; the rows it changed."""
-    sent = (
-        driver_statement(statement, conn.dialect, tuple(values)) if sends_to_driver(conn) else None
-    )
+    sent = for_driver(conn, statement, tuple(values))
     if sent is not None:
         return sent.run(conn, values)
     return conn.execute(statement, values).rowcount
@@ -231,9 +229,7 @@ def _send(conn: Connection, statement: Insert | Update, values: Mapping[str, obj
 
 def _send_many(conn: Connection, statement: Insert, rows: Sequence[Mapping[str, object]]) -> None:
     """Run an insert of the commit path for each of `rows` (all with the same keys)."""
-    sent = (
-        driver_statement(statement, conn.dialect, tuple(rows[0])) if sends_to_driver(conn) else None
-    )
+    sent = for_driver(conn, statement, tuple(rows[0]))
     if sent is not None:
         sent.run_many(conn, rows)
     else:
