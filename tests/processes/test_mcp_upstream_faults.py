@@ -54,7 +54,7 @@ def dead(pid: int) -> bool:
     """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before, or between open and read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
